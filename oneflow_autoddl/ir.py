@@ -1,0 +1,215 @@
+"""The planner's view of a traced OneFlow Job: ops, tensors, placements, roles, scopes.
+
+Plain data in the spirit of torch.fx: any pass can read it without OneFlow. The adapter
+fills it from a Job proto; `oneflow_autoddl.models` builds the same thing for models too
+large to trace here. Blob names (`a_0`, `out_0`, `in`, `out`) are OneFlow's own, so a
+signature found on this graph can be written back into the Job unchanged.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .sbp import Signature
+
+ROLES = ("forward", "backward", "optimizer", "variable", "io", "system")
+
+DTYPE_BYTES = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+    "int32": 4, "int64": 8, "bool": 1, "char": 1,
+}
+
+
+class GraphError(ValueError):
+    """A graph the planner cannot read: the message says what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Devices an op runs on: `ranks` in row-major order over the mesh `hierarchy`."""
+
+    device: str
+    ranks: Tuple[int, ...]
+    hierarchy: Tuple[int, ...]
+
+    def __post_init__(self):
+        size = 1
+        for h in self.hierarchy:
+            size *= h
+        if size != len(self.ranks):
+            raise GraphError(f"placement hierarchy {self.hierarchy} does not hold {len(self.ranks)} ranks")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.hierarchy)
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def __str__(self) -> str:
+        return f"{self.device}:{'x'.join(map(str, self.hierarchy))}"
+
+
+@dataclass
+class Tensor:
+    lbn: str
+    shape: Tuple[int, ...]
+    dtype: str
+    producer: str
+    obn: str
+    consumers: List[Tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES.get(self.dtype, 4)
+
+
+@dataclass
+class Op:
+    name: str
+    type: str
+    inputs: Dict[str, str]
+    outputs: Dict[str, str]
+    placement: Placement
+    attrs: Dict[str, Any] = field(default_factory=dict)
+    role: str = "forward"
+    scope: str = ""
+    native: Optional[Signature] = None
+
+    @property
+    def bns(self) -> List[str]:
+        return list(self.inputs) + list(self.outputs)
+
+
+class Graph:
+    """Ops in topological order and the tensors between them."""
+
+    def __init__(self, name: str, ops: Iterable[Op], tensors: Iterable[Tensor]):
+        self.name = name
+        self.tensors: Dict[str, Tensor] = {t.lbn: t for t in tensors}
+        self.ops: Dict[str, Op] = {}
+        for op in ops:
+            if op.name in self.ops:
+                raise GraphError(f"op name {op.name!r} appears twice")
+            if op.role not in ROLES:
+                raise GraphError(f"op {op.name!r} has unknown role {op.role!r}")
+            self.ops[op.name] = op
+        self._link()
+        self.ops = {name: self.ops[name] for name in self._topological_order()}
+
+    def _link(self) -> None:
+        for t in self.tensors.values():
+            t.consumers = []
+        for op in self.ops.values():
+            for obn, lbn in op.outputs.items():
+                if lbn not in self.tensors:
+                    raise GraphError(f"op {op.name!r} output {obn} -> {lbn!r} has no logical shape")
+            for ibn, lbn in op.inputs.items():
+                t = self.tensors.get(lbn)
+                if t is None or t.producer not in self.ops:
+                    raise GraphError(f"op {op.name!r} input {ibn} reads {lbn!r}, which no op produces")
+                t.consumers.append((op.name, ibn))
+
+    def _topological_order(self) -> List[str]:
+        indegree = {name: 0 for name in self.ops}
+        for op in self.ops.values():
+            indegree[op.name] = len({self.tensors[lbn].producer for lbn in op.inputs.values()})
+        ready = [name for name, d in indegree.items() if d == 0]
+        order: List[str] = []
+        position = {name: i for i, name in enumerate(self.ops)}
+        while ready:
+            ready.sort(key=position.__getitem__, reverse=True)
+            name = ready.pop()
+            order.append(name)
+            for succ in sorted({c for lbn in self.ops[name].outputs.values()
+                                for c, _ in self.tensors[lbn].consumers}, key=position.__getitem__):
+                indegree[succ] -= 1
+                if indegree[succ] == 0:
+                    ready.append(succ)
+        if len(order) != len(self.ops):
+            stuck = sorted(set(self.ops) - set(order))[:5]
+            raise GraphError(f"the graph has a cycle through {stuck}")
+        return order
+
+    def op(self, name: str) -> Op:
+        return self.ops[name]
+
+    def tensor(self, lbn: str) -> Tensor:
+        return self.tensors[lbn]
+
+    def shape(self, op: Op, bn: str) -> Tuple[int, ...]:
+        lbn = op.inputs.get(bn) or op.outputs[bn]
+        return self.tensors[lbn].shape
+
+    def producer(self, op: Op, ibn: str) -> Tuple[Op, str]:
+        t = self.tensors[op.inputs[ibn]]
+        return self.ops[t.producer], t.obn
+
+    def consumers(self, op: Op, obn: str) -> List[Tuple[Op, str]]:
+        return [(self.ops[c], ibn) for c, ibn in self.tensors[op.outputs[obn]].consumers]
+
+    def by_role(self, *roles: str) -> List[Op]:
+        return [op for op in self.ops.values() if op.role in roles]
+
+    def op_types(self) -> Dict[str, int]:
+        counts: Dict[str, int] = {}
+        for op in self.ops.values():
+            counts[op.type] = counts.get(op.type, 0) + 1
+        return counts
+
+    def main_placement(self) -> Placement:
+        """The placement most ops run on: the mesh the plan is made for."""
+        counts: Dict[Placement, int] = {}
+        for op in self.ops.values():
+            counts[op.placement] = counts.get(op.placement, 0) + 1
+        return max(counts, key=lambda p: (counts[p], p.size))
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors)"
+
+
+def module_scope(op_name: str) -> str:
+    """Module path of an op from OneFlow's naming: `m.h.3.attn.q-broadcast_matmul-58` -> `m.h.3.attn.q`.
+
+    Backward ops carry their forward module's prefix, so the scope groups a layer's
+    forward and backward ops. Variables (`m.h.3.attn.q.weight`) map to their module.
+    """
+    if "-" in op_name:
+        return op_name.split("-", 1)[0]
+    return op_name.rsplit(".", 1)[0] if "." in op_name else ""
+
+
+def assign_roles(ops: Sequence[Op], tensors: Dict[str, Tensor], loss_grad_lbn: Optional[str]) -> None:
+    """Mark every op forward / backward / optimizer / variable / io / system.
+
+    Backward = everything downstream of the loss gradient's producer (OneFlow seeds the
+    backward pass with `ones_like(loss)`), minus optimizer and system ops.
+    """
+    by_name = {op.name: op for op in ops}
+    consumers: Dict[str, List[str]] = {}
+    for op in ops:
+        for lbn in op.inputs.values():
+            consumers.setdefault(tensors[lbn].producer, []).append(op.name)
+    backward = set()
+    if loss_grad_lbn and loss_grad_lbn in tensors:
+        stack = [tensors[loss_grad_lbn].producer]
+        while stack:
+            name = stack.pop()
+            if name in backward or name not in by_name:
+                continue
+            backward.add(name)
+            stack.extend(consumers.get(name, []))
+    for op in ops:
+        if op.role != "forward":
+            continue  # set by the reader (variable, io, system, optimizer)
+        if op.name in backward:
+            op.role = "backward"

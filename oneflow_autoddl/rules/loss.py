@@ -1,0 +1,33 @@
+"""Loss ops (nll_op, sparse_softmax_cross_entropy_op at v0.9.0)."""
+from ..sbp import B, P, S
+from .registry import rule
+
+
+@rule("nll")
+def nll(v):
+    c = v.ndim("input_0") - 1
+    batch = {"input_0": S(0), "target_0": S(0), "output_0": S(0), "out_weight_0": S(0)}
+    classes = {"input_0": S(c), "target_0": B, "output_0": P, "out_weight_0": P}
+    if v.has("weight_0"):
+        batch["weight_0"], classes["weight_0"] = B, S(0)
+    return [batch, classes]
+
+
+@rule("nll_grad")
+def nll_grad(v):
+    c = v.ndim("input_0") - 1
+    batch = {"input_0": S(0), "target_0": S(0), "out_grad_0": S(0), "in_grad_0": S(0)}
+    classes = {"input_0": S(c), "target_0": B, "out_grad_0": B, "in_grad_0": S(c)}
+    if v.has("weight_0"):
+        batch["weight_0"], classes["weight_0"] = B, S(0)
+    return [batch, classes]
+
+
+@rule("sparse_softmax_cross_entropy")
+def sparse_softmax_cross_entropy(v):
+    return [v.all(S(0))]
+
+
+@rule("sparse_softmax_cross_entropy_grad")
+def sparse_softmax_cross_entropy_grad(v):
+    return [v.all(S(0))]

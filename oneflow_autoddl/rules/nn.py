@@ -1,0 +1,140 @@
+"""Convolution, pooling, layer norm, embedding and gather (conv_op, max_pool_op, layer_norm_op,
+embedding_op, gather_op, unsorted_segment_sum_op at v0.9.0). In 0.9.0 convolutions split
+only the batch: no channel or filter splits."""
+from ..sbp import B, P, S
+from .registry import rule
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _kernel(attrs):
+    return _numel(attrs.get("kernel_size", [1]))
+
+
+def conv_flops(attrs, local):
+    """2 * out elements * in-channels per group * kernel area."""
+    in_ch = local["in_0"][1]
+    return 2.0 * _numel(local["out_0"]) * in_ch / attrs.get("groups", 1) * _kernel(attrs)
+
+
+def conv_data_grad_flops(attrs, local):
+    return 2.0 * _numel(local["dx_0"]) * local["dy_0"][1] / attrs.get("groups", 1) * _kernel(attrs)
+
+
+def conv_filter_grad_flops(attrs, local):
+    dy = local["dy_0"]
+    return 2.0 * _numel(local["filter_diff_0"]) * dy[0] * _numel(dy[2:])
+
+
+@rule("conv1d", "conv2d", "conv3d", flops=conv_flops)
+def conv(v):
+    sig = v.all(S(0))
+    sig.update({bn: B for bn in v.bns if bn.startswith(("weight", "bias"))})
+    return [sig]
+
+
+@rule("conv_data_grad", flops=conv_data_grad_flops)
+def conv_data_grad(v):
+    sig = v.all(S(0))
+    sig["filter_0"] = B
+    return [sig]
+
+
+@rule("conv_filter_grad", flops=conv_filter_grad_flops)
+def conv_filter_grad(v):
+    return [{"dy_0": S(0), "x_0": S(0), "filter_diff_0": P}]
+
+
+@rule("conv_bias_grad")
+def conv_bias_grad(v):
+    return [{"dy_0": S(0), "bias_diff_0": P}]
+
+
+@rule("max_pool_1d", "max_pool_2d", "max_pool_3d")
+def max_pool(v):
+    """Batch and channel only (data_format is not read)."""
+    return [v.all(S(k)) for k in range(min(2, v.ndim("x_0") - 2))]
+
+
+@rule("max_pool_1d_grad", "max_pool_2d_grad", "max_pool_3d_grad")
+def max_pool_grad(v):
+    return [v.all(S(k)) for k in range(min(2, v.ndim("x_0")))]
+
+
+def _axis(a, ndim):
+    return a + ndim if a < 0 else a
+
+
+@rule("layer_norm")
+def layer_norm(v):
+    n = v.ndim("x_0")
+    upto = min(_axis(v.attr("begin_norm_axis", 1), n), _axis(v.attr("begin_params_axis", 1), n))
+    sigs = []
+    for i in range(upto):
+        sig = v.all(S(i))
+        sig.update({bn: B for bn in ("gamma_0", "beta_0") if v.has(bn)})
+        sigs.append(sig)
+    return sigs
+
+
+@rule("layer_norm_grad")
+def layer_norm_grad(v):
+    sigs = []
+    for i in range(v.attr("begin_norm_axis", 1)):
+        sig = v.all(S(i))
+        if v.has("gamma_0"):
+            sig["gamma_0"] = B
+        sigs.append(sig)
+    return sigs
+
+
+@rule("layer_norm_param_grad")
+def layer_norm_param_grad(v):
+    return [{**v.all(S(i), v.ins), **v.all(P, v.outs)} for i in range(v.attr("begin_params_axis", 1))]
+
+
+@rule("embedding")
+def embedding(v):
+    if v.attr("scale_grad_by_freq", False):
+        return []
+    return [{"indices_0": S(i), "weight_0": B, "out_0": S(i)} for i in range(v.ndim("indices_0"))]
+
+
+@rule("embedding_grad")
+def embedding_grad(v):
+    if v.attr("scale_grad_by_freq", False):
+        return []
+    return [{"dy_0": S(i), "weight_0": B, "indices_0": S(i), "dx_0": P} for i in range(v.ndim("indices_0"))]
+
+
+@rule("gather")
+def gather(v):
+    g, ni = v.attr("axis", 0), v.ndim("indices_0")
+    sigs = [{"indices_0": S(i), "in_0": B, "out_0": S(g + i)} for i in range(ni)]
+    for i in range(v.ndim("in_0")):
+        out = P if i == g else S(i if i < g else i + ni - 1)
+        sigs.append({"indices_0": B, "in_0": S(i), "out_0": out})
+    return sigs
+
+
+@rule("unsorted_segment_sum_like")
+def unsorted_segment_sum_like(v):
+    a, d, s = v.attr("axis", 0), v.ndim("data_0"), v.ndim("segment_ids_0")
+    sigs = []
+    for i in range(s):
+        for like in (B, P):
+            sigs.append({"segment_ids_0": S(i), "data_0": S(i + a), "like_0": like, "out_0": P})
+    for i in range(d):
+        if a <= i < a + s:
+            continue
+        o = i if i < a else i - s + 1
+        sigs.append({"segment_ids_0": B, "data_0": S(i), "like_0": S(o), "out_0": S(o)})
+    for like in (B, P):
+        sigs.append({"segment_ids_0": B, "data_0": P, "like_0": like, "out_0": P})
+    sigs.append({"segment_ids_0": B, "data_0": B, "like_0": S(a), "out_0": S(a)})
+    return sigs

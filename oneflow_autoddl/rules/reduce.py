@@ -1,0 +1,54 @@
+"""Reductions (reduce_ops, reduce_like_ops, variance_op at v0.9.0)."""
+from ..sbp import B, P, S
+from .registry import rule
+
+
+def _axes(v, name, ndim):
+    return {a + ndim if a < 0 else a for a in v.attr(name, [])}
+
+
+@rule("reduce_sum")
+def reduce_sum(v):
+    n = v.ndim("input_tensor_0")
+    axes, keep = _axes(v, "axis", n), v.attr("keepdims", False)
+    sigs, r = [], 0
+    for i in range(n):
+        if i in axes:
+            sigs += [{"input_tensor_0": S(i), "output_tensor_0": P}, {"input_tensor_0": P, "output_tensor_0": P}]
+            r += 1
+        else:
+            sigs.append({"input_tensor_0": S(i), "output_tensor_0": S(i if keep else i - r)})
+    if n == 0:
+        sigs.append({"input_tensor_0": P, "output_tensor_0": P})
+    return sigs
+
+
+@rule("reduce_sum_like")
+def reduce_sum_like(v):
+    x = v.shape("x_0")
+    axes = _axes(v, "axis", len(x))
+    keep = len(x) == v.ndim("like_0")
+    sigs, r = [], 0
+    for i, d in enumerate(x):
+        if d == 1:
+            r += 1
+        elif i in axes:
+            sigs += [{"x_0": S(i), "like_0": B, "y_0": P}, {"x_0": S(i), "like_0": P, "y_0": P}]
+            r += 1
+        else:
+            o = i if keep else i - r
+            sigs.append({"x_0": S(i), "like_0": S(o), "y_0": S(o)})
+    return sigs + [{"x_0": B, "like_0": P, "y_0": B}]
+
+
+@rule("var")
+def variance(v):
+    dims = set(v.attr("dim", []))
+    keep = v.attr("keepdim", False)
+    sigs, off = [{"input_0": B, "output_0": B}], 0
+    for i in range(v.ndim("input_0")):
+        if i in dims:
+            off += 1
+        else:
+            sigs.append({"input_0": S(i), "output_0": S(i if keep else i - off)})
+    return sigs

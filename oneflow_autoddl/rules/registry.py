@@ -1,0 +1,153 @@
+"""The one registry of op SBP rules, and n-D candidate signatures built from them.
+
+A rule lists an op type's 1-D signatures exactly as OneFlow 0.9.0's `GetSbp` builds them
+(`oneflow/user/ops/*_op.cpp`); the registry appends the all-broadcast signature OneFlow
+always adds, forms the n-D candidates as the per-mesh-axis product, and drops those the
+logical shapes rule out (a split axis out of range, or a dimension smaller than the mesh
+axes splitting it). A new op type is one decorated function in one module of this package.
+"""
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..ir import Graph, Op
+from ..sbp import B, NdSbp, S, Sbp, Signature, evenly_split, local_shape, product_signature
+
+OneD = Dict[str, Sbp]
+
+
+class OpView:
+    """What a rule may read of an op: blob names, logical shapes, attributes, the mesh axis size."""
+
+    def __init__(self, graph: Graph, op: Op, axis_size: int):
+        self.graph, self.op, self.h = graph, op, axis_size
+        self.ins: List[str] = list(op.inputs)
+        self.outs: List[str] = list(op.outputs)
+        self.bns: List[str] = self.ins + self.outs
+
+    def shape(self, bn: str) -> Tuple[int, ...]:
+        return self.graph.shape(self.op, bn)
+
+    def ndim(self, bn: str) -> int:
+        return len(self.shape(bn))
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.op.attrs.get(name, default)
+
+    def has(self, bn: str) -> bool:
+        return bn in self.op.inputs or bn in self.op.outputs
+
+    def arg(self, name: str) -> List[str]:
+        """Blob names of one (possibly repeated) arg: `arg("in")` -> [in_0, in_1, ...]."""
+        return [bn for bn in self.bns if bn.rsplit("_", 1)[0] == name and bn.rsplit("_", 1)[-1].isdigit()]
+
+    def all(self, sbp: Sbp, bns: Optional[Sequence[str]] = None) -> OneD:
+        return {bn: sbp for bn in (self.bns if bns is None else bns)}
+
+
+RuleFn = Callable[[OpView], List[OneD]]
+# FLOPs of one device's share: (op attrs, blob name -> local shape) -> floating-point operations.
+FlopsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
+
+
+@dataclass(frozen=True)
+class Rule:
+    fn: RuleFn
+    # Inputs OneFlow requires to keep their producer's SBP (is_mutable: optimizer state, assign's
+    # ref; or an n-D infer fn that copies the producer's SBP, as ones_like's `like`).
+    same_sbp: Tuple[str, ...] = ()
+    # OneFlow fixes this op's signature by itself (attr-driven n-D inference): never re-plan it.
+    fixed: bool = False
+    flops: Optional[FlopsFn] = None
+
+
+_RULES: Dict[str, Rule] = {}
+
+
+def rule(*op_types: str, same_sbp: Sequence[str] = (), fixed: bool = False, flops: Optional[FlopsFn] = None):
+    """Register `fn` as the 1-D SBP rule (and, for compute-bound ops, the FLOPs) of `op_types`."""
+    def register(fn: RuleFn) -> RuleFn:
+        for t in op_types:
+            if t in _RULES:
+                raise ValueError(f"op type {t!r} has two rules")
+            _RULES[t] = Rule(fn, tuple(same_sbp), fixed, flops)
+        return fn
+    return register
+
+
+def split_each_axis(v: OpView, ndim: int, bns: Optional[Sequence[str]] = None) -> List[OneD]:
+    """`for k < ndim: every blob S(k)`, OneFlow's SplitForEachAxis."""
+    return [v.all(S(k), bns) for k in range(ndim)]
+
+
+def has_rule(op_type: str) -> bool:
+    return op_type in _RULES
+
+
+def get_rule(op_type: str) -> Rule:
+    return _RULES[op_type]
+
+
+def known_op_types() -> List[str]:
+    return sorted(_RULES)
+
+
+def one_d_candidates(graph: Graph, op: Op, axis_size: int) -> List[OneD]:
+    """The op's 1-D signatures for a mesh axis of `axis_size` devices, all-B appended, deduplicated."""
+    view = OpView(graph, op, axis_size)
+    sigs = _RULES[op.type].fn(view) + [view.all(B)]
+    seen, out = set(), []
+    for sig in sigs:
+        missing = set(view.bns) - set(sig)
+        if missing:
+            raise ValueError(f"rule for {op.type} left blobs {sorted(missing)} of {op.name} without SBP")
+        key = tuple(sorted(sig.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append({bn: sig[bn] for bn in view.bns})
+    return out
+
+
+def _fits(graph: Graph, op: Op, sig: Signature, hierarchy: Sequence[int]) -> bool:
+    """OneFlow's shape filter; on n-D meshes splits must also be even, since 0.9.0's
+    hierarchical slice boxing floors uneven pieces and fails to compile (seen on CPU)."""
+    for bn, nd in sig.items():
+        shape = graph.shape(op, bn)
+        if local_shape(shape, nd, hierarchy) is None:
+            return False
+        if len(hierarchy) > 1 and not evenly_split(shape, nd, hierarchy):
+            return False
+    return True
+
+
+
+def candidates(graph: Graph, op: Op, hierarchy: Optional[Sequence[int]] = None) -> List[Signature]:
+    """Valid n-D signatures of `op` on its mesh (or `hierarchy`), in OneFlow's order."""
+    hierarchy = tuple(hierarchy or op.placement.hierarchy)
+    per_axis = {h: one_d_candidates(graph, op, h) for h in set(hierarchy)}
+    out, seen_inputs = [], set()
+    for combo in itertools.product(*(per_axis[h] for h in hierarchy)):
+        sig = product_signature(combo)
+        if not _fits(graph, op, sig, hierarchy):
+            continue
+        if len(hierarchy) > 1 and op.inputs:
+            # n-D inference reads only the inputs of a conf and takes the first candidate
+            # that matches them (GreedilyFindMinCopyCostNdSbp): a later candidate with the
+            # same inputs would silently become the earlier one. (Ops without inputs, the
+            # variables, take their SBP from their conf instead.)
+            inputs = tuple(sig[bn] for bn in op.inputs)
+            if inputs in seen_inputs:
+                continue
+            seen_inputs.add(inputs)
+        out.append(sig)
+    return out
+
+
+def same_sbp_inputs(op: Op) -> Tuple[str, ...]:
+    r = _RULES.get(op.type)
+    return tuple(bn for bn in r.same_sbp if bn in op.inputs) if r else ()
+
+
+def all_broadcast(op: Op, ndim: int) -> Signature:
+    nd: NdSbp = (B,) * ndim
+    return Signature({bn: nd for bn in op.bns})

@@ -1,0 +1,26 @@
+"""System ops and ops OneFlow infers by itself (variable_op, identity_op,
+learning_rate_schedule_op, ones_like_op at v0.9.0)."""
+from ..sbp import B, P, S
+from .registry import rule
+
+
+@rule("variable_conf")
+def variable(v):
+    """S(k) for every axis of the variable; the SBP is read from variable_conf.nd_sbp."""
+    return [{bn: (S(k) if bn == "out" else B) for bn in v.bns} for k in range(v.ndim("out"))]
+
+
+@rule("identity_conf")
+def identity(v):
+    return [v.all(P)] + [v.all(S(k)) for k in range(v.ndim("in"))]
+
+
+@rule("learning_rate_schedule_conf")
+def learning_rate_schedule(v):
+    return []
+
+
+@rule("ones_like", same_sbp=("like_0",))
+def ones_like(v):
+    """Its n-D infer fn copies `like` from the producer and turns P into B for `out`."""
+    return [v.all(S(k)) for k in range(v.ndim("like_0"))] + [{"like_0": P, "out_0": B}]
