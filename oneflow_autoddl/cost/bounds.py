@@ -1,0 +1,60 @@
+"""Communication lower bounds of matrix multiplication, the yardstick for "near-optimal bandwidth".
+
+For an m x k x n product on p devices that share the work evenly, each device must
+move at least (in elements; d1 >= d2 >= d3 are the sorted dimensions)
+    d2*d3 * (1 - 1/p)                              if p <= d1/d2
+    2*sqrt(d1*d2*d3^2/p) - (d1*d3 + d2*d3)/p       if d1/d2 <= p <= d1*d2/d3^2
+    3*(d1*d2*d3/p)^(2/3) - (d1*d2 + d1*d3 + d2*d3)/p  otherwise
+(the tight memory-independent bounds of Al Daas, Ballard, Grigori, Kumar and Rouse,
+SPAA 2022). A plan that replicates the work (B everywhere) is not load-balanced and
+can move less; the ratio bytes / bound is meant for plans that split the work.
+"""
+import math
+from typing import Optional, Tuple
+
+from ..ir import DTYPE_BYTES, Graph, Op
+
+
+def matmul_bound(m: int, k: int, n: int, p: int) -> float:
+    """Elements one device must send or receive for an m x k x n product on p devices."""
+    if p <= 1:
+        return 0.0
+    d1, d2, d3 = sorted((m, k, n), reverse=True)
+    if p <= d1 / d2:
+        return d2 * d3 * (1 - 1 / p)
+    if p <= d1 * d2 / (d3 * d3):
+        return max(0.0, 2 * math.sqrt(d1 * d2 * d3 * d3 / p) - (d1 * d3 + d2 * d3) / p)
+    return max(0.0, 3 * (d1 * d2 * d3 / p) ** (2 / 3) - (d1 * d2 + d1 * d3 + d2 * d3) / p)
+
+
+def _dims(graph: Graph, op: Op) -> Optional[Tuple[int, int, int, int]]:
+    """(batch, m, k, n) of a matmul-family op, batch counting independent products."""
+    if op.type == "broadcast_matmul_grad_b":
+        a, out = graph.shape(op, "a_0"), graph.shape(op, "out_0")
+        return 1, out[0], math.prod(a[:-1]), out[1]
+    if op.type not in ("matmul", "batch_matmul", "broadcast_matmul"):
+        return None
+    a, out = graph.shape(op, "a_0"), graph.shape(op, "out_0")
+    k = a[-2] if op.attrs.get("transpose_a", False) else a[-1]
+    if op.type == "broadcast_matmul" and len(graph.shape(op, "b_0")) == 2:
+        return 1, math.prod(out[:-1]), k, out[-1]
+    return math.prod(out[:-2]), out[-2], k, out[-1]
+
+
+def graph_bound_bytes(graph: Graph, devices: int) -> float:
+    """Sum over the graph's matmuls of the per-device bound, in bytes.
+
+    Independent products of a batched matmul need nothing when there are at least as
+    many as devices; otherwise each product is bounded on its share of the devices.
+    """
+    total = 0.0
+    for op in graph.ops.values():
+        dims = _dims(graph, op)
+        if dims is None:
+            continue
+        batch, m, k, n = dims
+        if batch >= devices:
+            continue
+        elem = DTYPE_BYTES.get(graph.tensor(op.outputs["out_0"]).dtype, 4)
+        total += matmul_bound(m, k, n, devices // batch) * elem
+    return total

@@ -1,0 +1,188 @@
+"""Cluster descriptions (JSON data, validated on load) and how a device mesh maps onto them.
+
+A cluster is nodes of identical devices joined by two levels of links: within a node
+(NVLink, or shared memory for CPU ranks) and across nodes (InfiniBand, Aries, ...).
+Ranks fill nodes in order (rank r is on node r // devices per node), and a placement
+lists its ranks row-major over the mesh, so with ranks 0..n-1 the last mesh axis is the
+one that stays inside a node. Each mesh axis is costed on the slowest link its groups cross. See presets/*.json for the schema by example, with the figures' sources.
+"""
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..mesh import Mesh, format_mesh, mesh_size
+
+PRESET_DIR = os.path.join(os.path.dirname(__file__), "presets")
+BACKENDS = ("nccl", "oneflow-cpu")
+
+
+class ClusterError(ValueError):
+    """A cluster file or a mesh that does not fit it; the message names the field or mismatch."""
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth: float  # bytes/s one device can send at once over this link level
+    latency: float  # seconds per message (alpha)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    backend: str
+    nodes: int
+    devices_per_node: int
+    device_name: str
+    memory_bytes: float
+    flops: Mapping[str, float]
+    memory_bandwidth: float
+    intra: Link
+    inter: Link
+    source: str
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def flops_for(self, dtype: str) -> float:
+        return self.flops.get(dtype) or self.flops["float32"]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name, "backend": self.backend, "nodes": self.nodes,
+            "devices_per_node": self.devices_per_node, "source": self.source,
+            "device": {"name": self.device_name, "memory_bytes": self.memory_bytes,
+                       "flops": dict(self.flops), "memory_bandwidth": self.memory_bandwidth},
+            "links": {
+                "intra_node": {"bandwidth_per_device": self.intra.bandwidth, "latency": self.intra.latency},
+                "inter_node": {"bandwidth_per_node": self.inter.bandwidth * self.devices_per_node,
+                               "latency": self.inter.latency},
+            },
+        }
+
+
+def _field(data: Mapping[str, Any], path: str, kind=float, positive: bool = True):
+    node: Any = data
+    for key in path.split("."):
+        if not isinstance(node, Mapping) or key not in node:
+            raise ClusterError(f"cluster field {path!r} is missing")
+        node = node[key]
+    if kind is float:
+        if isinstance(node, bool) or not isinstance(node, (int, float)):
+            raise ClusterError(f"cluster field {path!r} must be a number, not {node!r}")
+        if positive and not node > 0:
+            raise ClusterError(f"cluster field {path!r} must be > 0, not {node!r}")
+        if not node >= 0:
+            raise ClusterError(f"cluster field {path!r} must be >= 0, not {node!r}")
+        return float(node)
+    if kind is int:
+        if isinstance(node, bool) or not isinstance(node, int) or node < 1:
+            raise ClusterError(f"cluster field {path!r} must be a whole number >= 1, not {node!r}")
+        return node
+    if not isinstance(node, kind):
+        raise ClusterError(f"cluster field {path!r} must be a {kind.__name__}, not {node!r}")
+    return node
+
+
+def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
+    """Validate a cluster description; every error names the offending field."""
+    if not isinstance(data, Mapping):
+        raise ClusterError("a cluster description must be a JSON object")
+    backend = _field(data, "backend", str)
+    if backend not in BACKENDS:
+        raise ClusterError(f"cluster field 'backend' must be one of {BACKENDS}, not {backend!r}")
+    flops = _field(data, "device.flops", Mapping)
+    if "float32" not in flops:
+        raise ClusterError("cluster field 'device.flops.float32' is missing")
+    for dtype in flops:
+        _field(data, f"device.flops.{dtype}")
+    dpn = _field(data, "devices_per_node", int)
+    return Cluster(
+        name=_field(data, "name", str), backend=backend, nodes=_field(data, "nodes", int),
+        devices_per_node=dpn, device_name=_field(data, "device.name", str),
+        memory_bytes=_field(data, "device.memory_bytes"), flops={k: float(v) for k, v in flops.items()},
+        memory_bandwidth=_field(data, "device.memory_bandwidth"),
+        intra=Link(_field(data, "links.intra_node.bandwidth_per_device"),
+                   _field(data, "links.intra_node.latency", positive=False)),
+        inter=Link(_field(data, "links.inter_node.bandwidth_per_node") / dpn,
+                   _field(data, "links.inter_node.latency", positive=False)),
+        source=_field(data, "source", str),
+    )
+
+
+def preset_names() -> List[str]:
+    return sorted(f[:-5] for f in os.listdir(PRESET_DIR) if f.endswith(".json"))
+
+
+def load_cluster(name_or_path: str) -> Cluster:
+    """A preset by name (`dgx-a100`) or a JSON file by path."""
+    path = name_or_path
+    if not os.path.exists(path):
+        path = os.path.join(PRESET_DIR, f"{name_or_path}.json")
+        if not os.path.exists(path):
+            raise ClusterError(f"unknown cluster {name_or_path!r}: give a JSON file or one of "
+                               f"{', '.join(preset_names())}")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ClusterError(f"cluster file {path} is not valid JSON: {e}") from None
+    return cluster_from_json(data)
+
+
+@dataclass(frozen=True)
+class AxisLinks:
+    """What one mesh axis' collectives run over."""
+
+    size: int
+    link: Link
+    crosses_nodes: bool
+
+
+@dataclass(frozen=True)
+class MeshMapping:
+    cluster: Cluster
+    mesh: Mesh
+    axes: Tuple[AxisLinks, ...]
+
+    @property
+    def nodes_used(self) -> int:
+        return -(-mesh_size(self.mesh) // self.cluster.devices_per_node)
+
+
+def map_mesh(cluster: Cluster, mesh: Sequence[int], ranks: Optional[Sequence[int]] = None,
+             ranks_per_node: Optional[int] = None) -> MeshMapping:
+    """Place the mesh's ranks (row-major; default 0..n-1) on nodes of `ranks_per_node` ranks
+    (default: the cluster's devices per node) and find the links each mesh axis crosses.
+
+    All groups along an axis must spread over nodes alike (each inside one node, or each
+    over the same number of nodes); an axis that crosses nodes is limited by the
+    inter-node link, its slowest.
+    """
+    mesh = tuple(mesh)
+    total = mesh_size(mesh)
+    ranks = list(range(total)) if ranks is None else list(ranks)
+    per_node = ranks_per_node or cluster.devices_per_node
+    if len(ranks) != total:
+        raise ClusterError(f"mesh {format_mesh(mesh)} has {total} positions but {len(ranks)} ranks were given")
+    if total > cluster.devices:
+        raise ClusterError(f"mesh {format_mesh(mesh)} needs {total} devices but cluster {cluster.name!r} "
+                           f"has {cluster.devices} ({cluster.nodes} nodes x {cluster.devices_per_node})")
+    if per_node > cluster.devices_per_node:
+        raise ClusterError(f"{per_node} ranks per node, but cluster {cluster.name!r} has "
+                           f"{cluster.devices_per_node} devices per node")
+    grid = np.array(ranks).reshape(mesh) // per_node
+    axes = []
+    for d, size in enumerate(mesh):
+        groups = np.moveaxis(grid, d, -1).reshape(-1, size)
+        spread = {tuple(sorted(np.unique(g, return_counts=True)[1].tolist())) for g in groups}
+        if len(spread) > 1:
+            raise ClusterError(f"mesh axis {d} ({size} devices) of {format_mesh(mesh)} puts its groups on nodes "
+                               f"of {per_node} devices unevenly (some inside one node, some across): make the "
+                               f"axis divide the devices per node, or span whole nodes")
+        crosses = len(next(iter(spread))) > 1
+        axes.append(AxisLinks(size, cluster.inter if crosses else cluster.intra, crosses))
+    return MeshMapping(cluster, mesh, tuple(axes))

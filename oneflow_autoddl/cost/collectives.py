@@ -1,0 +1,45 @@
+"""Alpha-beta costs of the collectives behind each SBP transition on one mesh axis.
+
+`group_bytes` is the tensor as the group along that axis sees it (already divided by
+the splits on the other mesh axes); `p` is the axis size. Bytes are what one device
+sends, the quantity the OneFlow CPU runtime lets us measure exactly.
+"""
+from dataclasses import dataclass
+
+from .cluster import Link
+
+
+@dataclass(frozen=True)
+class Transfer:
+    bytes: float  # sent by one device
+    time: float
+
+    def __add__(self, other: "Transfer") -> "Transfer":
+        return Transfer(self.bytes + other.bytes, self.time + other.time)
+
+    def scaled(self, k: float) -> "Transfer":
+        return Transfer(self.bytes * k, self.time * k)
+
+
+FREE = Transfer(0.0, 0.0)
+
+
+def ring(steps: int, sent: float, link: Link) -> Transfer:
+    """`steps` rounds of latency plus `sent` bytes at the link's bandwidth."""
+    return Transfer(sent, steps * link.latency + sent / link.bandwidth)
+
+
+def all_gather(group_bytes: float, p: int, link: Link) -> Transfer:
+    return ring(p - 1, group_bytes * (p - 1) / p, link)
+
+
+def reduce_scatter(group_bytes: float, p: int, link: Link) -> Transfer:
+    return ring(p - 1, group_bytes * (p - 1) / p, link)
+
+
+def all_reduce(group_bytes: float, p: int, link: Link) -> Transfer:
+    return ring(2 * (p - 1), 2 * group_bytes * (p - 1) / p, link)
+
+
+def all_to_all(group_bytes: float, p: int, link: Link) -> Transfer:
+    return ring(p - 1, group_bytes * (p - 1) / (p * p), link)

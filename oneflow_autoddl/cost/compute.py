@@ -1,0 +1,75 @@
+"""Compute time and memory of one op under one signature, on one device's share of the data.
+
+Time is a roofline: the larger of FLOPs / peak rate (matmul and conv families, whose
+rules give their FLOPs) and bytes read + written / memory bandwidth (everything else).
+Work is taken on the local shapes, so an op under B does the full, replicated work.
+"""
+import math
+from typing import Dict, Tuple
+
+from ..ir import DTYPE_BYTES, Graph, Op
+from ..rules import get_rule, has_rule
+from ..sbp import NdSbp, Signature
+from .cluster import Cluster
+
+
+def local_numel(shape, nd: NdSbp, hierarchy) -> int:
+    """Elements on the most loaded device (OneFlow gives the remainder of an uneven split to the first)."""
+    dims = list(shape)
+    for sbp, h in zip(nd, hierarchy):
+        if sbp.is_split and sbp.axis < len(dims):
+            dims[sbp.axis] = math.ceil(dims[sbp.axis] / h)
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def local_shapes(graph: Graph, op: Op, sig: Signature, hierarchy) -> Dict[str, Tuple[int, ...]]:
+    out = {}
+    for bn, nd in sig.items():
+        dims = list(graph.shape(op, bn))
+        for sbp, h in zip(nd, hierarchy):
+            if sbp.is_split and sbp.axis < len(dims):
+                dims[sbp.axis] = math.ceil(dims[sbp.axis] / h)
+        out[bn] = tuple(dims)
+    return out
+
+
+def blob_bytes(graph: Graph, op: Op, bn: str, nd: NdSbp, hierarchy) -> float:
+    lbn = op.inputs.get(bn) or op.outputs[bn]
+    t = graph.tensor(lbn)
+    return local_numel(t.shape, nd, hierarchy) * DTYPE_BYTES.get(t.dtype, 4)
+
+
+def op_time(cluster: Cluster, graph: Graph, op: Op, sig: Signature) -> float:
+    hierarchy = op.placement.hierarchy
+    io_bytes = sum(blob_bytes(graph, op, bn, nd, hierarchy) for bn, nd in sig.items())
+    memory_time = io_bytes / cluster.memory_bandwidth
+    rule = get_rule(op.type) if has_rule(op.type) else None
+    if rule is None or rule.flops is None:
+        return memory_time
+    dtype = graph.tensor(next(iter(op.outputs.values()))).dtype if op.outputs else "float32"
+    flops = rule.flops(op.attrs, local_shapes(graph, op, sig, hierarchy))
+    return max(flops / cluster.flops_for(dtype), memory_time)
+
+
+def op_memory(graph: Graph, op: Op, sig: Signature) -> float:
+    """Bytes this op keeps alive per device across a step.
+
+    Variables: the parameter or optimizer state itself. Update ops: the gradient they
+    consume. Forward ops: outputs a backward op reads (activations kept for backward).
+    Transient buffers (boxing, workspaces) are not counted.
+    """
+    hierarchy = op.placement.hierarchy
+    if op.role == "variable":
+        return sum(blob_bytes(graph, op, bn, sig[bn], hierarchy) for bn in op.outputs)
+    if op.role == "optimizer" and "model_diff_0" in op.inputs:
+        return blob_bytes(graph, op, "model_diff_0", sig["model_diff_0"], hierarchy)
+    if op.role == "forward":
+        kept = 0.0
+        for obn, lbn in op.outputs.items():
+            if any(graph.op(c).role == "backward" for c, _ in graph.tensor(lbn).consumers):
+                kept += blob_bytes(graph, op, obn, sig[obn], hierarchy)
+        return kept
+    return 0.0

@@ -1,0 +1,65 @@
+"""The analytical cost model the search minimises: a cluster, a mesh on it, a backend.
+
+Everything is per device and per training step: boxing bytes and time of each tensor
+transition (cost.boxing over the links of each mesh axis, cost.cluster), compute time
+and memory of each op under a signature (cost.compute).
+"""
+import math
+from typing import Dict, Optional, Sequence, Tuple
+
+from ..ir import DTYPE_BYTES, Graph, Op
+from ..sbp import B, NdSbp, Signature
+from . import compute
+from .boxing import AXIS_COSTS, TransitionTable
+from .cluster import Cluster, MeshMapping, map_mesh
+from .collectives import Transfer
+
+INFEASIBLE = 1e30  # seconds: a transition OneFlow cannot perform
+
+
+class CostModel:
+    def __init__(self, cluster: Cluster, mesh: Sequence[int], ranks: Optional[Sequence[int]] = None,
+                 ranks_per_node: Optional[int] = None):
+        self.cluster = cluster
+        self.mapping: MeshMapping = map_mesh(cluster, mesh, ranks, ranks_per_node)
+        self.mesh = tuple(mesh)
+        self.axis_cost = AXIS_COSTS[cluster.backend]
+        self._tables: Dict[Tuple, TransitionTable] = {}
+        self._cache: Dict[Tuple, Transfer] = {}
+
+    def _canonical(self, nd: NdSbp) -> NdSbp:
+        """SBP on a mesh axis of one device is meaningless: call it B."""
+        return tuple(B if h == 1 else s for s, h in zip(nd, self.mesh))
+
+    def _table(self, shape: Sequence[int], dtype: str) -> TransitionTable:
+        key = (tuple(shape), dtype)
+        table = self._tables.get(key)
+        if table is None:
+            nbytes = math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
+            table = self._tables[key] = TransitionTable(tuple(shape), nbytes, self.mapping.axes, self.axis_cost)
+        return table
+
+    def transfer(self, src: NdSbp, dst: NdSbp, shape: Sequence[int], dtype: str) -> Transfer:
+        """Boxing from src to dst of one tensor on the planned mesh, per device."""
+        key = (src, dst, tuple(shape), dtype)
+        hit = self._cache.get(key)
+        if hit is None:
+            found = self._table(shape, dtype).cost(self._canonical(src), self._canonical(dst))
+            hit = self._cache[key] = found if found is not None else Transfer(math.inf, INFEASIBLE)
+        return hit
+
+    def path(self, src: NdSbp, dst: NdSbp, shape: Sequence[int], dtype: str):
+        """The n-D SBPs the transition goes through (for reports and tests)."""
+        return self._table(shape, dtype).path(self._canonical(src), self._canonical(dst))
+
+    def remote_transfer(self, src: NdSbp, shape: Sequence[int], dtype: str) -> Transfer:
+        """To an op on another placement (the train-step ops): the whole tensor, once."""
+        nbytes = math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
+        link = self.cluster.intra
+        return Transfer(nbytes, link.latency + nbytes / link.bandwidth)
+
+    def op_time(self, graph: Graph, op: Op, sig: Signature) -> float:
+        return compute.op_time(self.cluster, graph, op, sig)
+
+    def op_memory(self, graph: Graph, op: Op, sig: Signature) -> float:
+        return compute.op_memory(graph, op, sig)
