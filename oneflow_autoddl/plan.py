@@ -1,0 +1,132 @@
+"""A Plan: the SBP signature chosen for every op, what it is predicted to cost, and its baselines.
+
+This is what `oneflow_autoddl.plan_of(graph)` returns, what the CLI prints and what
+`--json` writes. Its JSON round-trips (`Plan.from_json(plan.to_json())`), so a saved plan
+can be given back to a graph to skip the search; `check_matches` refuses one made for
+another graph and names the first difference.
+"""
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from .ir import Graph
+from .mesh import format_mesh, parse_mesh
+from .sbp import NdSbp, Signature, format_nd, parse_nd
+
+
+class PlanMismatch(ValueError):
+    """A saved plan that does not fit the graph; the message names the first difference."""
+
+
+@dataclass
+class Predicted:
+    step_time_s: float
+    compute_time_s: float
+    comm_time_s: float
+    bytes_per_device: float
+    memory_per_device: float
+
+    @classmethod
+    def of(cls, breakdown) -> "Predicted":
+        return cls(breakdown.step_time, breakdown.compute_time, breakdown.comm_time,
+                   breakdown.bytes_per_device, breakdown.memory_per_device)
+
+
+@dataclass
+class OpEntry:
+    type: str
+    signature: Dict[str, str]  # blob name -> n-D SBP as OneFlow prints it
+    shapes: Dict[str, List[int]]
+    inputs: List[str] = field(default_factory=list)  # which blob names are inputs
+    compute_time_s: float = 0.0
+    comm_time_s: float = 0.0
+
+
+@dataclass
+class Plan:
+    graph: str
+    mesh: str
+    cluster: str
+    device: str
+    ops: Dict[str, OpEntry]
+    variables: Dict[str, str]
+    variable_shapes: Dict[str, List[int]]
+    variable_bytes: Dict[str, float]  # per device under the plan
+    unplanned_ops: Dict[str, Dict[str, str]]  # op -> {"type", "reason"}
+    predicted: Predicted
+    baselines: Dict[str, Predicted] = field(default_factory=dict)
+    lower_bound_bytes: Optional[float] = None
+    search_time_s: float = 0.0
+    notes: List[str] = field(default_factory=list)
+
+    # -- signatures ----------------------------------------------------------------------------
+    def signature(self, op: str) -> Signature:
+        return Signature({bn: parse_nd(text) for bn, text in self.ops[op].signature.items()})
+
+    def signatures(self) -> Dict[str, Signature]:
+        return {name: self.signature(name) for name in self.ops}
+
+    def variable_sbp(self, name: str) -> NdSbp:
+        return parse_nd(self.variables[name])
+
+    @property
+    def mesh_shape(self):
+        return parse_mesh(self.mesh)
+
+    # -- JSON ------------------------------------------------------------------------------------
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=False)
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Plan":
+        try:
+            fields = dict(data)
+            fields["ops"] = {k: OpEntry(**v) for k, v in data["ops"].items()}
+            fields["predicted"] = Predicted(**data["predicted"])
+            fields["baselines"] = {k: Predicted(**v) for k, v in data.get("baselines", {}).items()}
+            return cls(**fields)
+        except (KeyError, TypeError) as e:
+            raise PlanMismatch(f"not a plan JSON of this version of oneflow_autoddl: {e}") from None
+
+    @classmethod
+    def load(cls, path: str) -> "Plan":
+        with open(path) as f:
+            return cls.from_json(json.load(f))
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            f.write(self.dumps())
+
+    def table(self, op_limit: Optional[int] = None) -> str:
+        """Per-parameter and per-op SBP tables (tabulate)."""
+        from .report import op_table, parameter_table
+        return parameter_table(self) + "\n\n" + op_table(self, op_limit)
+
+    # -- reuse -----------------------------------------------------------------------------------
+    def check_matches(self, graph: Graph, mesh: Sequence[int]) -> None:
+        """Refuse a plan made for another graph or mesh; name the first difference."""
+        if tuple(mesh) != self.mesh_shape:
+            raise PlanMismatch(f"the plan is for mesh {self.mesh}, the graph runs on {format_mesh(tuple(mesh))}")
+        for name, entry in self.ops.items():
+            op = graph.ops.get(name)
+            if op is None:
+                raise PlanMismatch(f"the plan has op {name!r} ({entry.type}), which the graph does not")
+            if op.type != entry.type:
+                raise PlanMismatch(f"op {name!r} is {op.type} in the graph but {entry.type} in the plan")
+            for bn, shape in entry.shapes.items():
+                if bn not in op.inputs and bn not in op.outputs:
+                    raise PlanMismatch(f"op {name!r} has no blob {bn!r} in the graph")
+                if list(graph.shape(op, bn)) != list(shape):
+                    raise PlanMismatch(f"op {name!r} blob {bn} has shape {list(graph.shape(op, bn))} in the "
+                                       f"graph but {shape} in the plan")
+        planned = set(self.ops) | set(self.unplanned_ops)
+        for name in graph.ops:
+            if name not in planned:
+                raise PlanMismatch(f"the graph has op {name!r} ({graph.op(name).type}), which the plan does not")
+
+
+def signature_texts(sig: Signature) -> Dict[str, str]:
+    return {bn: format_nd(nd) for bn, nd in sig.items()}

@@ -1,0 +1,184 @@
+"""plan(graph, cluster): the search end to end, and the Plan it returns.
+
+Seeds (data parallel, Megatron-style, ZeRO-style, everything replicated, OneFlow's own
+choice when the graph came from a Job) each go through coordinate descent; the cheapest
+result within the memory limit wins. When the fastest plans do not fit, a memory
+penalty is raised until one does; when no plan can fit, the error says how much memory
+the leanest plan needs.
+"""
+import logging
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .cost.bounds import graph_bound_bytes
+from .cost.cluster import Cluster, load_cluster
+from .cost.compute import blob_bytes
+from .cost.model import CostModel
+from .ir import Graph
+from .mesh import format_mesh
+from .plan import OpEntry, Plan, Predicted, signature_texts
+from .search import baselines
+from .search.descent import Descent
+from .search.problem import Problem
+from .search.units import PlanningError
+
+log = logging.getLogger(__name__)
+
+PENALTY_ROUNDS = 12
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.3f} GiB"
+
+
+def seeds(problem: Problem) -> Dict[str, List[int]]:
+    out = {name: fn(problem) for name, fn in baselines.BASELINES.items()}
+    out["replicated"] = baselines.replicated(problem)
+    native = baselines.native(problem)
+    if native is not None:
+        out["native"] = native
+    else:
+        log.info("OneFlow's own signatures are not all among the candidates; not used as a seed")
+    return out
+
+
+class Planner:
+    """Holds one problem (graph, mesh, cluster) and searches it."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, hold: Optional[Dict[str, str]] = None, tie: bool = True,
+                 ranks_per_node: Optional[int] = None):
+        self.graph, self.cluster = graph, cluster
+        self.mesh = graph.main_placement()
+        self.model = CostModel(cluster, self.mesh.hierarchy, self.mesh.ranks, ranks_per_node)
+        self.problem = Problem(graph, self.model, hold=hold, tie=tie)
+
+    def min_memory(self) -> float:
+        return float(sum(m.min() for m in self.problem.memory))
+
+    def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
+        d = Descent(self.problem, memory_weight=weight)
+        results = [d.run(x) for x in starts]
+        return min(results, key=lambda x: self.problem.objective(x, weight))
+
+    def search(self, memory_limit: Optional[float] = None) -> Tuple[List[int], Dict[str, List[int]]]:
+        """(best assignment, baseline assignments)."""
+        p = self.problem
+        starts = seeds(p)
+        need = self.min_memory()
+        if memory_limit is not None and need > memory_limit:
+            raise PlanningError(
+                f"no plan fits {_gib(memory_limit)} per device on mesh {format_mesh(self.mesh.hierarchy)}: "
+                f"the leanest plan needs {_gib(need)} (parameters, gradients, optimizer state and kept "
+                f"activations, split as far as the rules allow); give more memory or a larger mesh")
+        best = self._descend(list(starts.values()), 0.0)
+        if memory_limit is None or p.memory_of(best) <= memory_limit:
+            return best, starts
+        return self._fit_memory(best, starts, memory_limit), starts
+
+    def _fit_memory(self, best: List[int], starts: Dict[str, List[int]], limit: float) -> List[int]:
+        """Raise the memory price until the plan fits, then bisect back to the cheapest that fits."""
+        p = self.problem
+        lean = [int(np.argmin(m)) for m in p.memory]
+        scale = max(p.objective(best), 1e-12) / max(p.memory_of(best), 1.0)
+        lo, hi, fit = 0.0, scale, None
+        for _ in range(PENALTY_ROUNDS):
+            x = self._descend([best, lean] + list(starts.values()), hi)
+            if p.memory_of(x) <= limit:
+                fit = x
+                break
+            lo, hi = hi, hi * 8
+        if fit is None:
+            fit = lean
+        for _ in range(PENALTY_ROUNDS // 2):
+            mid = (lo + hi) / 2
+            x = self._descend([fit, best], mid)
+            if p.memory_of(x) <= limit:
+                hi, fit = mid, x if p.objective(x) < p.objective(fit) else fit
+            else:
+                lo = mid
+        log.info("memory limit %s: plan uses %s (unconstrained best %s)", _gib(limit), _gib(p.memory_of(fit)),
+                 _gib(p.memory_of(best)))
+        return fit
+
+    def _is_parameter(self, unit, name: str) -> bool:
+        """A model parameter or buffer, not an optimizer state (momentum, Adam's m and v)."""
+        head = self.graph.op(unit.ops[0])
+        if head.name == name or "model_0" not in head.inputs:
+            return True
+        return self.graph.tensor(head.inputs["model_0"]).producer == name
+
+    def to_plan(self, x: Sequence[int], others: Dict[str, List[int]], search_time: float,
+                everything: bool = False) -> Plan:
+        """The Plan of assignment x; `everything` lists held ops as planned too (for describe)."""
+        p, g = self.problem, self.graph
+        detail = p.evaluate(x)
+        ops, unplanned, variables, var_shapes, var_bytes = {}, {}, {}, {}, {}
+        for unit in p.units:
+            for pos, name in enumerate(unit.ops):
+                op = g.op(name)
+                sig = p.signature(name, x)
+                if unit.fixed is not None and not everything:
+                    unplanned[name] = {"type": op.type, "reason": unit.fixed}
+                    continue
+                ops[name] = OpEntry(op.type, signature_texts(sig), {bn: list(g.shape(op, bn)) for bn in op.bns},
+                                    list(op.inputs), detail.op_compute.get(name, 0.0), detail.op_comm.get(name, 0.0))
+                if op.role == "variable" and self._is_parameter(unit, name):
+                    variables[name] = ops[name].signature["out"]
+                    var_shapes[name] = list(g.shape(op, "out"))
+                    var_bytes[name] = blob_bytes(g, op, "out", sig["out"], op.placement.hierarchy)
+        unknown = sorted({u["type"] for u in unplanned.values() if "no SBP rule" in u["reason"]})
+        notes = [f"op types with no SBP rule, left to OneFlow's own inference: {', '.join(unknown)}"] if unknown else []
+        return Plan(
+            graph=g.name, mesh=format_mesh(self.mesh.hierarchy), cluster=self.cluster.name,
+            device=self.mesh.device, ops=ops, variables=variables, variable_shapes=var_shapes, variable_bytes=var_bytes,
+            unplanned_ops=unplanned, predicted=Predicted.of(detail),
+            baselines={name: Predicted.of(p.evaluate(y)) for name, y in others.items()},
+            lower_bound_bytes=graph_bound_bytes(g, self.mesh.size), search_time_s=search_time, notes=notes)
+
+
+def hold_user_sbp(graph: Graph) -> Dict[str, str]:
+    """Every parameter keeps its SBP (OneFlow's enable_auto_parallel_ignore_user_sbp_config off)."""
+    reason = "user SBP kept (enable_auto_parallel_ignore_user_sbp_config is off)"
+    return {op.name: reason for op in graph.by_role("variable")}
+
+
+STRATEGIES = ("autoddl",) + tuple(baselines.BASELINES)
+
+
+def plan(graph: Graph, cluster, memory_limit: Optional[float] = None, hold: Optional[Dict[str, str]] = None,
+         tie: bool = True, ranks_per_node: Optional[int] = None, strategy: str = "autoddl") -> Plan:
+    """Plan `graph` on its mesh for `cluster` (a Cluster, a preset name or a JSON path).
+
+    `hold` names ops that keep the signature OneFlow gave them, with the reason.
+    `strategy` "autoddl" searches; a baseline name (data_parallel, megatron, zero) returns
+    that expert plan as is, for comparisons on real ranks.
+    """
+    if strategy not in STRATEGIES:
+        raise PlanningError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    if isinstance(cluster, str):
+        cluster = load_cluster(cluster)
+    start = time.perf_counter()
+    planner = Planner(graph, cluster, hold=hold, tie=tie, ranks_per_node=ranks_per_node)
+    if strategy == "autoddl":
+        x, starts = planner.search(memory_limit)
+    else:
+        starts = seeds(planner.problem)
+        x = starts[strategy]
+    elapsed = time.perf_counter() - start
+    result = planner.to_plan(x, starts, elapsed)
+    for note in result.notes:
+        log.warning(note)
+    return result
+
+
+def describe(graph: Graph, cluster, ranks_per_node: Optional[int] = None) -> Plan:
+    """The Plan OneFlow's own signatures in `graph` amount to, costed by our model (for comparisons)."""
+    if isinstance(cluster, str):
+        cluster = load_cluster(cluster)
+    start = time.perf_counter()
+    hold = {name: "as OneFlow chose" for name in graph.ops}
+    planner = Planner(graph, cluster, hold=hold, ranks_per_node=ranks_per_node)
+    x = [0] * len(planner.problem.var_units)
+    return planner.to_plan(x, {}, time.perf_counter() - start, everything=True)

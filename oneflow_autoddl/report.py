@@ -1,0 +1,69 @@
+"""Readable reports of a Plan: the summary logged at compile, SBP tables, the comparison.
+
+Tables are rendered with tabulate; times in ms, sizes in MiB, SBP as OneFlow prints it.
+"""
+from typing import List, Optional
+
+from tabulate import tabulate
+
+from .plan import Plan, Predicted
+
+MiB = 2.0 ** 20
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.3f}"
+
+
+def _mib(b: float) -> str:
+    return f"{b / MiB:.2f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b else "-"
+
+
+def comparison_rows(plan: Plan) -> List[List[str]]:
+    rows = []
+    entries = [("autoddl", plan.predicted)] + list(plan.baselines.items())
+    dp = plan.baselines.get("data_parallel")
+    for name, p in entries:
+        row = [name, _ms(p.step_time_s), _ms(p.comm_time_s), _mib(p.bytes_per_device), _mib(p.memory_per_device)]
+        row.append(_ratio(p.step_time_s, dp.step_time_s) if dp else "-")
+        row.append(_ratio(p.bytes_per_device, plan.lower_bound_bytes) if plan.lower_bound_bytes else "-")
+        rows.append(row)
+    return rows
+
+
+def comparison_table(plan: Plan) -> str:
+    headers = ["plan", "step ms", "comm ms", "MiB sent/device", "MiB memory/device", "time / DP",
+               "bytes / bound"]
+    return tabulate(comparison_rows(plan), headers=headers, tablefmt="github")
+
+
+def summary(plan: Plan) -> str:
+    """The block logged when a graph is compiled with a plan."""
+    p: Predicted = plan.predicted
+    lines = [f"mesh {plan.mesh} ({plan.device}), cluster {plan.cluster}, {len(plan.ops)} ops planned, "
+             f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s",
+             f"predicted step {_ms(p.step_time_s)} ms (compute {_ms(p.compute_time_s)}, communication "
+             f"{_ms(p.comm_time_s)}), {_mib(p.bytes_per_device)} MiB sent and {_mib(p.memory_per_device)} MiB "
+             f"held per device", comparison_table(plan)]
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def parameter_table(plan: Plan) -> str:
+    rows = [[name, "x".join(map(str, plan.variable_shapes[name])), sbp, _mib(plan.variable_bytes.get(name, 0.0))]
+            for name, sbp in plan.variables.items()]
+    return tabulate(rows, headers=["parameter", "shape", "SBP", "MiB/device"], tablefmt="github")
+
+
+def op_table(plan: Plan, limit: Optional[int] = None) -> str:
+    rows = []
+    for name, e in list(plan.ops.items())[:limit]:
+        ins = ", ".join(f"{bn}={s}" for bn, s in e.signature.items() if bn in e.inputs)
+        outs = ", ".join(f"{bn}={s}" for bn, s in e.signature.items() if bn not in e.inputs)
+        rows.append([name, e.type, ins, outs, f"{e.compute_time_s * 1e6:.1f}", f"{e.comm_time_s * 1e6:.1f}"])
+    return tabulate(rows, headers=["op", "type", "input SBP", "output SBP", "compute us", "comm us"],
+                    tablefmt="github")

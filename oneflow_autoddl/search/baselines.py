@@ -1,0 +1,200 @@
+"""Expert plans on the same problem: data parallel, Megatron-style, ZeRO-style, OneFlow's own.
+
+Each baseline pins the parameters' SBP the way its experts do and lets every other op
+take, in topological order, its cheapest signature given what is already decided (what
+OneFlow's greedy inference does once parameter SBPs are set). They are the seeds of the
+search and the yardsticks of the report.
+"""
+from typing import Callable, Dict, List, Optional, Sequence, Set
+
+import numpy as np
+
+from ..ir import Op
+from ..sbp import B, NdSbp, S
+from .eliminate import condition
+from .problem import Problem
+
+Pins = Dict[int, Set[int]]  # variable -> allowed candidate indices
+
+
+def _order(problem: Problem) -> List[int]:
+    position = {name: i for i, name in enumerate(problem.graph.ops)}
+    firsts = [min(position[n] for u in members for n in problem.units[u].ops[:1]) for members in problem.var_units]
+    return sorted(range(len(problem.var_units)), key=lambda v: firsts[v])
+
+
+def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
+    """Assign variables in topological order, each its cheapest allowed candidate given earlier ones.
+
+    Like OneFlow's own inference (which orders candidates by how many inputs they take
+    exactly as produced, then by copy cost), a choice first keeps the most inputs as they
+    are, then weighs the boxing of what is already decided (producers, pinned parameters),
+    assuming later ops take whatever suits it.
+    """
+    inputs: Dict[int, list] = {}
+    for ends in problem.ends:
+        for c in ends.consumers:
+            inputs.setdefault(c.var, []).append((c, ends.producer))
+    assigned: Dict[int, int] = {v: next(iter(ks)) for v, ks in pins.items() if len(ks) == 1}
+    for v in _order(problem):
+        if v in assigned and len(pins.get(v, ())) == 1:
+            continue
+        allowed = sorted(pins.get(v, range(problem.domain[v])))
+        score = problem.compute[v][allowed].copy()
+        for fid in problem.factors_of[v]:
+            f = problem.factors[fid]
+            c = condition(f.vars, f.table, {u for u in f.vars if u == v or u not in assigned}, assigned)
+            others = tuple(i for i, u in enumerate(c.vars) if u != v)
+            score = score + (c.table.min(axis=others) if others else c.table)[allowed]
+        kept = [sum(problem.sbp_at(c, k) == problem.sbp_at(p, assigned[p.var])
+                    for c, p in inputs.get(v, []) if p.var in assigned and p.var != v) for k in allowed]
+        best = min(range(len(allowed)), key=lambda i: (-kept[i], score[i], i))
+        assigned[v] = allowed[best]
+    return [assigned[v] for v in range(len(problem.var_units))]
+
+
+def _param_vars(problem: Problem) -> List[int]:
+    return [v for v, members in enumerate(problem.var_units)
+            if problem.is_free(v) and any(problem.graph.op(n).role == "variable" for n in problem.units[members[0]].ops)]
+
+
+def _var_sbp(problem: Problem, v: int, k: int) -> NdSbp:
+    """The SBP candidate k gives the parameter (the first variable op) of parameter unit v."""
+    unit = problem.units[problem.var_units[v][0]]
+    for name, sig in zip(unit.ops, unit.candidates[k]):
+        if problem.graph.op(name).role == "variable":
+            return sig["out"]
+    raise ValueError(f"unit {unit.name} holds no variable")
+
+
+def _pin_params(problem: Problem, want: Callable[[int, NdSbp], bool]) -> Pins:
+    pins: Pins = {}
+    for v in _param_vars(problem):
+        allowed = {k for k in range(problem.domain[v]) if want(v, _var_sbp(problem, v, k))}
+        if allowed:
+            pins[v] = allowed
+    return pins
+
+
+def data_parallel(problem: Problem) -> List[int]:
+    """Parameters replicated on every mesh axis; activations follow the (batch-split) inputs."""
+    return greedy_complete(problem, _pin_params(problem, lambda v, nd: all(s == B for s in nd)))
+
+
+def zero(problem: Problem) -> List[int]:
+    """Data parallel's compute with parameters, gradients and optimizer state sharded on every
+    mesh axis (ZeRO stage 3): parameters are all-gathered where used, gradients reduce-scattered."""
+    x = data_parallel(problem)
+    for v in _param_vars(problem):
+        sharded = [k for k in range(problem.domain[v]) if all(s.is_split for s in _var_sbp(problem, v, k))]
+        if not sharded:
+            sharded = [k for k in range(problem.domain[v]) if any(s.is_split for s in _var_sbp(problem, v, k))]
+        if sharded:
+            x[v] = min(sharded, key=lambda k: (problem.memory[v][k], k))
+    return x
+
+
+_MATMULS = ("matmul", "broadcast_matmul")
+
+
+def _weight_of(problem: Problem, op: Op) -> Optional[str]:
+    """The parameter a forward matmul multiplies by (its b input straight from a variable)."""
+    if op.type not in _MATMULS or op.role != "forward" or "b_0" not in op.inputs:
+        return None
+    producer = problem.graph.op(problem.graph.tensor(op.inputs["b_0"]).producer)
+    return producer.name if producer.role == "variable" and len(problem.graph.shape(op, "b_0")) == 2 else None
+
+
+def megatron_roles(problem: Problem) -> Dict[str, str]:
+    """Parameter name -> "column" / "row" / "bias-column" for Megatron-style tensor parallelism.
+
+    A weight matmul is row-parallel when the nearest weight matmul upstream of its input
+    is column-parallel (its output is split on the features it contracts), and
+    column-parallel otherwise: q/k/v and fc are columns, attention and MLP projections rows.
+    A bias added straight after a column matmul is split with it.
+    """
+    graph = problem.graph
+    nearest: Dict[str, Set[str]] = {}
+    roles: Dict[str, str] = {}
+    for op in graph.ops.values():
+        if op.role != "forward":
+            continue
+        ups = set()
+        for ibn, lbn in op.inputs.items():
+            if ibn == "b_0" and _weight_of(problem, op):
+                continue
+            ups |= nearest.get(graph.tensor(lbn).producer, set())
+        weight = _weight_of(problem, op)
+        if weight is None:
+            nearest[op.name] = ups
+            continue
+        roles[weight] = "row" if any(roles.get(_weight_of(problem, graph.op(u))) == "column" for u in ups) else "column"
+        nearest[op.name] = {op.name}
+        if roles[weight] == "column":
+            for consumer, _ in graph.consumers(op, "out_0"):
+                for lbn in consumer.inputs.values():
+                    p = graph.op(graph.tensor(lbn).producer)
+                    if consumer.type in ("broadcast_add", "bias_add") and p.role == "variable" and p.name != weight:
+                        roles.setdefault(p.name, "bias-column")
+    return roles
+
+
+def _megatron_sbp(problem: Problem, v: int, nd: NdSbp, roles: Dict[str, str], tp_axis: int) -> bool:
+    unit = problem.units[problem.var_units[v][0]]
+    var = next(n for n in unit.ops if problem.graph.op(n).role == "variable")
+    role = roles.get(var)
+    for axis, s in enumerate(nd):
+        if axis != tp_axis:
+            if s != B:
+                return False
+            continue
+        consumer = _column_axes(problem, var)
+        if role == "column":
+            if s != S(consumer[0]):
+                return False
+        elif role == "row":
+            if s != S(consumer[1]):
+                return False
+        elif role == "bias-column":
+            if s != S(0):
+                return False
+        elif s != B:
+            return False
+    return True
+
+
+def _column_axes(problem: Problem, var: str):
+    """(output-feature axis, input-feature axis) of a weight, from the matmul that uses it."""
+    graph = problem.graph
+    for consumer, ibn in graph.consumers(graph.op(var), "out"):
+        if _weight_of(problem, consumer) == var:
+            return (0, 1) if consumer.attrs.get("transpose_b", False) else (1, 0)
+    return (0, 1)
+
+
+def megatron(problem: Problem) -> List[int]:
+    """Column-then-row tensor parallelism on the last mesh axis, data parallel on the others."""
+    roles = megatron_roles(problem)
+    tp_axis = problem.mesh.ndim - 1
+    return greedy_complete(problem, _pin_params(
+        problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis)))
+
+
+def replicated(problem: Problem) -> List[int]:
+    """Every op on every device with whole tensors: no communication but the inputs'."""
+    pins: Pins = {}
+    for v, members in enumerate(problem.var_units):
+        unit = problem.units[members[0]]
+        ks = {k for k, joint in enumerate(unit.candidates)
+              if all(s == B for sig in joint for nd in sig.values() for s in nd)}
+        if ks:
+            pins[v] = ks
+    return greedy_complete(problem, pins)
+
+
+def native(problem: Problem) -> Optional[List[int]]:
+    """OneFlow's own choice as read from the Job (None if it is not one of our candidates)."""
+    return problem.assignment_of({name: op.native for name, op in problem.graph.ops.items() if op.native})
+
+
+BASELINES = {"data_parallel": data_parallel, "megatron": megatron, "zero": zero}

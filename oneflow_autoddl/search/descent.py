@@ -1,0 +1,125 @@
+"""AutoDDL's coordinate descent over groups of tied units.
+
+A coordinate is a group of variables: the units of one module scope (a layer's forward
+ops with their backward ops, its parameters and their optimizer ops), then of each
+enclosing scope, then the whole graph, then each variable with its neighbours. A step
+re-solves one group exactly (variable elimination) with every other variable held, and
+keeps the result only if it lowers the objective; sweeps repeat until none does.
+"""
+import logging
+from typing import Dict, List, Sequence, Set, Tuple
+
+from .eliminate import MAX_ENTRIES, Factor, condition, elimination_width, solve
+from .problem import Problem
+
+log = logging.getLogger(__name__)
+
+REL_TOL = 1e-12
+WHOLE_GRAPH_VARS = 400  # above this the whole graph is never one coordinate
+
+
+def scope_groups(problem: Problem) -> List[List[int]]:
+    """Variables by module scope, deepest scopes first, then the whole problem."""
+    by_prefix: Dict[str, set] = {}
+    for v, members in enumerate(problem.var_units):
+        if not problem.is_free(v):
+            continue
+        scope = problem.graph.op(problem.units[members[0]].name).scope
+        parts = scope.split(".") if scope else []
+        for depth in range(len(parts), 0, -1):
+            by_prefix.setdefault(".".join(parts[:depth]), set()).add(v)
+    ordered = sorted(by_prefix, key=lambda p: (-p.count("."), p))
+    groups, seen = [], set()
+    for prefix in ordered:
+        g = tuple(sorted(by_prefix[prefix]))
+        if g not in seen:
+            seen.add(g)
+            groups.append(list(g))
+    everything = [v for v in range(len(problem.var_units)) if problem.is_free(v)]
+    if tuple(everything) not in seen and len(everything) <= WHOLE_GRAPH_VARS:
+        groups.append(everything)
+    return groups
+
+
+def neighbour_groups(problem: Problem) -> List[List[int]]:
+    groups = []
+    for v in range(len(problem.var_units)):
+        if problem.is_free(v):
+            ring = {u for f in problem.factors_of[v] for u in problem.factors[f].vars if problem.is_free(u)}
+            groups.append(sorted(ring | {v}))
+    return groups
+
+
+class Descent:
+    def __init__(self, problem: Problem, memory_weight: float = 0.0):
+        self.problem = problem
+        self.unary = problem.unary(memory_weight)
+        self.memory_weight = memory_weight
+        self.groups = [g for g in scope_groups(problem) + neighbour_groups(problem) if self._solvable(g)]
+        self.steps = 0
+
+    def _solvable(self, group: Sequence[int]) -> bool:
+        """Whether eliminating the group stays under MAX_ENTRIES (structure only, no tables)."""
+        p, members = self.problem, set(group)
+        scopes = {tuple(v for v in p.factors[f].vars if v in members) for v in group for f in p.factors_of[v]}
+        domain = {v: int(p.domain[v]) for v in group}
+        return elimination_width(group, domain, [s for s in scopes if s]) <= MAX_ENTRIES
+
+    def _local(self, free: Sequence[int], x: Sequence[int]) -> Tuple[List[Factor], float]:
+        p, free_set = self.problem, set(free)
+        fids = sorted({f for v in free for f in p.factors_of[v]})
+        factors, current = [], 0.0
+        for fid in fids:
+            f = p.factors[fid]
+            current += float(f.table[tuple(x[v] for v in f.vars)])
+            c = condition(f.vars, f.table, free_set, x)
+            if c is not None:
+                factors.append(c)
+        current += sum(float(self.unary[v][x[v]]) for v in free)
+        return factors, current
+
+    def step(self, group: Sequence[int], x: List[int]) -> bool:
+        factors, current = self._local(group, x)
+        result = solve(group, {v: int(self.problem.domain[v]) for v in group},
+                       {v: self.unary[v] for v in group}, factors)
+        if result is None:
+            return False
+        choice, value = result
+        self.steps += 1
+        if value < current - REL_TOL * max(1.0, abs(current)):
+            for v, k in choice.items():
+                x[v] = k
+            return True
+        return False
+
+    def _reach(self, group: Sequence[int]) -> Set[int]:
+        """Variables whose change can change this group's optimum: it and its neighbours."""
+        p = self.problem
+        return {u for v in group for f in p.factors_of[v] for u in p.factors[f].vars} | set(group)
+
+    def run(self, x0: Sequence[int], max_sweeps: int = 100) -> List[int]:
+        """Sweep the groups until no step improves; a group is re-solved only if its reach changed."""
+        x = list(x0)
+        reach = [self._reach(g) for g in self.groups]
+        stamp = [0] * len(x)  # step at which each variable last changed
+        solved_at = [-1] * len(self.groups)
+        clock = 0
+        for _ in range(max_sweeps):
+            improved = False
+            for i, group in enumerate(self.groups):
+                if solved_at[i] >= 0 and all(stamp[u] <= solved_at[i] for u in reach[i]):
+                    continue
+                clock += 1
+                before = [x[v] for v in group]
+                changed = self.step(group, x)
+                solved_at[i] = clock
+                if changed:
+                    clock += 1
+                    for v, old in zip(group, before):
+                        if x[v] != old:
+                            stamp[v] = clock
+                    solved_at[i] = clock
+                    improved = True
+            if not improved:
+                break
+        return x

@@ -1,0 +1,288 @@
+"""The planning problem as numbers: one variable per class of tied units, a cost table per tensor.
+
+Variable c picks one of `domain[c]` candidates. The predicted step time of a choice is
+    sum_c unary[c][x_c]  +  sum_f factor_f[x_f]
+where unary holds compute time (and, under a memory limit, a memory penalty) and each
+factor holds the boxing time of one or more tensors over the variables at their ends.
+OneFlow boxes a tensor once per distinct target SBP (GroupBoxingByDstParallel; measured:
+two consumers wanting B of one S(0) tensor cost one all-gather), so a tensor is one
+factor over its producer and all its consumers, not a sum of pairwise edges. A factor
+whose table would be too large is split into several over runs of consumers, an upper
+bound that is exact unless consumers in different runs want the same SBP; `evaluate`
+is always exact.
+"""
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..cost.model import INFEASIBLE, CostModel, Transfer
+from ..rules import same_sbp_inputs
+from ..ir import Graph, Op, Tensor
+from ..sbp import NdSbp, Signature
+from .eliminate import Factor
+from .ties import tie_ops
+from .units import Unit, build_units, fill_candidates
+
+log = logging.getLogger(__name__)
+
+MAX_FACTOR_ENTRIES = 1 << 16
+
+
+@dataclass
+class Endpoint:
+    var: int
+    unit: int
+    pos: int  # op position inside the unit
+    bn: str
+    strict: bool = False  # a consumer that must see the producer's SBP unchanged
+
+
+@dataclass
+class TensorEnds:
+    tensor: Tensor
+    producer: Endpoint
+    consumers: List[Endpoint]
+    remote: int  # consumers on another placement (costed as a full copy each)
+
+
+@dataclass
+class Breakdown:
+    """The exact predicted cost of one assignment, with the detail a report prints."""
+
+    step_time: float
+    compute_time: float
+    comm_time: float
+    bytes_per_device: float
+    memory_per_device: float
+    op_compute: Dict[str, float] = field(default_factory=dict)
+    tensor_comm: Dict[str, Transfer] = field(default_factory=dict)
+    op_comm: Dict[str, float] = field(default_factory=dict)
+
+
+class Problem:
+    def __init__(self, graph: Graph, model: CostModel, hold: Optional[Dict[str, str]] = None, tie: bool = True):
+        """`hold`: op name -> why it keeps OneFlow's signature (user SBP, shared parameters)."""
+        self.graph, self.model = graph, model
+        self.mesh = graph.main_placement()
+        self.units: List[Unit] = build_units(graph)
+        self.unit_of: Dict[str, Tuple[int, int]] = {
+            name: (u, pos) for u, unit in enumerate(self.units) for pos, name in enumerate(unit.ops)}
+        self._make_vars(hold or {}, tie)
+        self._make_unary()
+        self._make_ends()
+        self.factors: List[Factor] = self._make_factors()
+        self.factors_of: List[List[int]] = [[] for _ in self.var_units]
+        for i, f in enumerate(self.factors):
+            for v in set(f.vars):
+                self.factors_of[v].append(i)
+
+    # -- variables ---------------------------------------------------------------------------
+    def _make_vars(self, hold: Dict[str, str], tie: bool) -> None:
+        rep = tie_ops(self.graph) if tie else {name: name for name in self.graph.ops}
+        by_key: Dict[Tuple[str, ...], List[int]] = {}
+        for u, unit in enumerate(self.units):
+            by_key.setdefault(tuple(rep[name] for name in unit.ops), []).append(u)
+        self.var_units: List[List[int]] = []
+        self.var_of_unit: List[int] = [0] * len(self.units)
+        for members in by_key.values():
+            head = self.units[members[0]]
+            fill_candidates(self.graph, head, self.mesh, hold)
+            if head.fixed is not None:
+                groups = [[u] for u in members]  # fixed units keep their own native signature
+                for u in members[1:]:
+                    fill_candidates(self.graph, self.units[u], self.mesh, hold)
+            else:
+                groups = [members]
+                for u in members[1:]:
+                    self.units[u].candidates = head.candidates
+            for group in groups:
+                for u in group:
+                    self.var_of_unit[u] = len(self.var_units)
+                self.var_units.append(group)
+        self.domain = np.array([len(self.units[g[0]].candidates) for g in self.var_units])
+
+    def signature(self, op_name: str, x: Sequence[int]) -> Signature:
+        u, pos = self.unit_of[op_name]
+        return self.units[u].candidates[x[self.var_of_unit[u]]][pos]
+
+    def is_free(self, var: int) -> bool:
+        return self.domain[var] > 1
+
+    # -- unary: compute time and memory ------------------------------------------------------
+    def _make_unary(self) -> None:
+        self.compute = [np.zeros(d) for d in self.domain]
+        self.memory = [np.zeros(d) for d in self.domain]
+        for v, members in enumerate(self.var_units):
+            for u in members:
+                unit = self.units[u]
+                for k, joint in enumerate(unit.candidates):
+                    for name, sig in zip(unit.ops, joint):
+                        op = self.graph.op(name)
+                        self.compute[v][k] += self.model.op_time(self.graph, op, sig)
+                        self.memory[v][k] += self.model.op_memory(self.graph, op, sig)
+
+    # -- tensors and factors -----------------------------------------------------------------
+    def _endpoint(self, op_name: str, bn: str) -> Endpoint:
+        u, pos = self.unit_of[op_name]
+        return Endpoint(self.var_of_unit[u], u, pos, bn, bn in same_sbp_inputs(self.graph.op(op_name)))
+
+    def _make_ends(self) -> None:
+        self.ends: List[TensorEnds] = []
+        for t in self.graph.tensors.values():
+            producer = self.graph.op(t.producer)
+            local, remote = [], 0
+            for c, ibn in t.consumers:
+                if self.graph.op(c).placement == producer.placement:
+                    local.append(self._endpoint(c, ibn))
+                else:
+                    remote += 1
+            self.ends.append(TensorEnds(t, self._endpoint(t.producer, t.obn), local, remote))
+
+    def sbp_at(self, e: Endpoint, k: int) -> NdSbp:
+        """The SBP endpoint e's blob takes when its variable picks candidate k."""
+        return self.units[e.unit].candidates[k][e.pos][e.bn]
+
+    def _ids(self, e: Endpoint, vocab: Dict[NdSbp, int]) -> np.ndarray:
+        return np.array([vocab.setdefault(self.sbp_at(e, k), len(vocab)) for k in range(self.domain[e.var])])
+
+    def _make_factors(self) -> List[Factor]:
+        acc: Dict[Tuple[int, ...], np.ndarray] = {}
+        memo: Dict[tuple, List[Tuple[Tuple[int, ...], np.ndarray]]] = {}
+        for ends in self.ends:
+            key = (self._ends_key(ends), ends.tensor.shape, ends.tensor.dtype)
+            if key not in memo:
+                memo[key] = self._tensor_factors(ends)
+            for vars_, table in memo[key]:
+                if vars_ in acc:
+                    acc[vars_] = acc[vars_] + table
+                else:
+                    acc[vars_] = table
+        return [Factor(v, t) for v, t in acc.items() if np.any(t)]
+
+    @staticmethod
+    def _ends_key(ends: TensorEnds) -> tuple:
+        return (ends.remote, tuple((e.var, e.pos, e.bn, e.strict) for e in [ends.producer] + ends.consumers))
+
+    def _tensor_factors(self, ends: TensorEnds) -> List[Tuple[Tuple[int, ...], np.ndarray]]:
+        t, p = ends.tensor, ends.producer
+        vocab: Dict[NdSbp, int] = {}
+        src = self._ids(p, vocab)
+        dsts = [self._ids(c, vocab) for c in ends.consumers]
+        sbps = sorted(vocab, key=vocab.get)
+        box = np.array([[self.model.transfer(a, b, t.shape, t.dtype).time for b in sbps] for a in sbps])
+        strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
+        boxes = [strict if c.strict else box for c in ends.consumers]
+        out: List[Tuple[Tuple[int, ...], np.ndarray]] = []
+        if ends.remote:
+            remote = np.array([self.model.remote_transfer(self.sbp_at(p, k), t.shape, t.dtype).time
+                               for k in range(self.domain[p.var])]) * ends.remote
+            out.append(((p.var,), remote))
+        if not dsts:
+            return out
+        for chunk in self._chunks(p, ends.consumers):
+            vars_ = tuple(sorted({p.var, *(ends.consumers[i].var for i in chunk)}))
+            out.append((vars_, _dedup_table(vars_, self.domain, p, src, [ends.consumers[i] for i in chunk],
+                                            [dsts[i] for i in chunk], [boxes[i] for i in chunk])))
+        return out
+
+    def _chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
+        """Consumers in runs whose joint table with the producer stays under MAX_FACTOR_ENTRIES."""
+        chunks: List[List[int]] = []
+        current: List[int] = []
+        vars_ = {p.var}
+        for i, c in enumerate(consumers):
+            grown = vars_ | {c.var}
+            if current and int(np.prod([self.domain[v] for v in grown])) > MAX_FACTOR_ENTRIES:
+                chunks.append(current)
+                current, grown = [], {p.var, c.var}
+            current.append(i)
+            vars_ = grown
+        return chunks + [current]
+
+    # -- objective -----------------------------------------------------------------------------
+    def unary(self, memory_weight: float = 0.0) -> List[np.ndarray]:
+        if memory_weight == 0.0:
+            return self.compute
+        return [c + memory_weight * m for c, m in zip(self.compute, self.memory)]
+
+    def objective(self, x: Sequence[int], memory_weight: float = 0.0) -> float:
+        total = sum(float(u[x[v]]) for v, u in enumerate(self.unary(memory_weight)))
+        return total + sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self.factors)
+
+    def memory_of(self, x: Sequence[int]) -> float:
+        return float(sum(m[x[v]] for v, m in enumerate(self.memory)))
+
+    def evaluate(self, x: Sequence[int]) -> Breakdown:
+        """Exact step time, bytes and memory per device of assignment `x`."""
+        b = Breakdown(0.0, 0.0, 0.0, 0.0, self.memory_of(x))
+        for name, op in self.graph.ops.items():
+            t = self.model.op_time(self.graph, op, self.signature(name, x))
+            b.op_compute[name] = t
+            b.compute_time += t
+        for ends in self.ends:
+            tr = self._tensor_transfer(ends, x)
+            if tr.bytes or tr.time:
+                b.tensor_comm[ends.tensor.lbn] = tr
+                b.comm_time += tr.time
+                b.bytes_per_device += tr.bytes
+                for c, _ in ends.tensor.consumers:
+                    b.op_comm[c] = b.op_comm.get(c, 0.0) + tr.time / max(1, len(ends.tensor.consumers))
+        b.step_time = b.compute_time + b.comm_time
+        return b
+
+    def _tensor_transfer(self, ends: TensorEnds, x: Sequence[int]) -> Transfer:
+        t = ends.tensor
+        src = self.sbp_at(ends.producer, x[ends.producer.var])
+        targets = []
+        for c in ends.consumers:
+            dst = self.sbp_at(c, x[c.var])
+            if c.strict and dst != src:
+                return Transfer(float("inf"), INFEASIBLE)
+            if dst != src and dst not in targets:
+                targets.append(dst)
+        total = Transfer(0.0, 0.0)
+        for dst in targets:
+            total = total + self.model.transfer(src, dst, t.shape, t.dtype)
+        for _ in range(ends.remote):
+            total = total + self.model.remote_transfer(src, t.shape, t.dtype)
+        return total
+
+    def assignment_of(self, signatures: Dict[str, Signature]) -> Optional[List[int]]:
+        """The variable assignment realising per-op signatures (None if some op cannot take its)."""
+        x = []
+        for members in self.var_units:
+            unit = self.units[members[0]]
+            wanted = tuple(signatures.get(name) for name in unit.ops)
+            match = [k for k, joint in enumerate(unit.candidates)
+                     if all(w is None or w == s for w, s in zip(wanted, joint))]
+            if not match:
+                return None
+            x.append(match[0])
+        return x
+
+
+def _dedup_table(vars_: Tuple[int, ...], domain: np.ndarray, p: Endpoint, src: np.ndarray,
+                 consumers: List[Endpoint], dsts: List[np.ndarray], boxes: List[np.ndarray]) -> np.ndarray:
+    """Table over `vars_` of the sum over distinct consumer SBPs of box[src][dst]."""
+    axis = {v: i for i, v in enumerate(vars_)}
+    shape = tuple(int(domain[v]) for v in vars_)
+
+    def grid(e: Endpoint, ids: np.ndarray) -> np.ndarray:
+        view = [1] * len(shape)
+        view[axis[e.var]] = shape[axis[e.var]]
+        return ids.reshape(view)
+
+    s = grid(p, src)
+    seen: List[np.ndarray] = []
+    table = np.zeros(shape)
+    for c, ids, box in zip(consumers, dsts, boxes):
+        d = grid(c, ids)
+        new = np.ones(np.broadcast_shapes(s.shape, d.shape), dtype=bool)
+        if not c.strict:  # a strict consumer's INF must not be hidden by an earlier twin
+            for prev in seen:
+                new = new & (d != prev)
+            seen.append(d)
+        table = table + box[s, d] * new
+    return np.broadcast_to(table, shape).copy()

@@ -1,0 +1,65 @@
+"""Find repeated layers (identical blocks of a Transformer, twin convs of a VGG stage).
+
+Repeated modules show up as sibling scopes that differ in one integer component
+(`m.h.0.attn.q`, `m.h.1.attn.q`, ...). Two siblings are identical when their ops, in
+order, have the same types, shapes, attributes and internal wiring. The k-th op of every
+identical sibling is then tied to the first sibling's k-th op: the search gives them one
+choice, and a 96-layer model costs about what one layer does to plan.
+"""
+import re
+from typing import Dict, List, Tuple
+
+from ..ir import Graph
+
+_INDEX = re.compile(r"^\d+$")
+
+
+def _family(scope: str):
+    """`m.h.3.attn.q` -> (`m.h`, 3); None when no path component is an integer."""
+    parts = scope.split(".")
+    for i, p in enumerate(parts):
+        if _INDEX.match(p):
+            return ".".join(parts[:i]), int(p)
+    return None
+
+
+def _member_key(graph: Graph, names: List[str], prefix: str):
+    """A structural fingerprint of one sibling's ops, independent of op names."""
+    position = {name: i for i, name in enumerate(names)}
+    key = []
+    for name in names:
+        op = graph.op(name)
+        rel_scope = op.scope[len(prefix):].lstrip(".")
+        wiring = []
+        for ibn, lbn in op.inputs.items():
+            t = graph.tensor(lbn)
+            src = (position[t.producer], t.obn) if t.producer in position else "outside"
+            wiring.append((ibn, src, t.shape, t.dtype))
+        outs = tuple((obn, graph.tensor(lbn).shape, graph.tensor(lbn).dtype) for obn, lbn in op.outputs.items())
+        attrs = tuple(sorted((k, repr(v)) for k, v in op.attrs.items()))
+        key.append((rel_scope, op.type, op.role, tuple(wiring), outs, attrs))
+    return tuple(key)
+
+
+def tie_ops(graph: Graph) -> Dict[str, str]:
+    """op name -> the op whose choice it shares (itself when it is not tied)."""
+    members: Dict[Tuple[str, int], List[str]] = {}
+    for op in graph.ops.values():  # topological order, so member op lists are ordered too
+        fam = _family(op.scope)
+        if fam is not None:
+            members.setdefault(fam, []).append(op.name)
+    rep = {name: name for name in graph.ops}
+    by_prefix: Dict[str, List[int]] = {}
+    for prefix, index in members:
+        by_prefix.setdefault(prefix, []).append(index)
+    for prefix, indices in by_prefix.items():
+        first_of_key: Dict[tuple, List[str]] = {}
+        for index in sorted(indices):
+            names = members[(prefix, index)]
+            key = _member_key(graph, names, f"{prefix}.{index}")
+            if key in first_of_key:
+                for name, head in zip(names, first_of_key[key]):
+                    rep[name] = rep[head]
+            else:
+                first_of_key[key] = names
+    return rep
