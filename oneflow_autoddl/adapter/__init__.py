@@ -1,0 +1,1 @@
+"""The only part of oneflow_autoddl that imports OneFlow: Job <-> IR, write-back, nn.Graph hook."""

@@ -1,0 +1,192 @@
+"""nn.Graph integration: `graph.config.enable_auto_parallel(True)` runs AutoDDL at first compile.
+
+Installed on `import oneflow_autoddl`. For a graph with the flag on (and the planner left
+at "autoddl"), the first compile
+  1. traces the graph with the flag switched off for the trace, so OneFlow's native pass
+     and its side effects on op-add-time inference stay out (notes 1.1);
+  2. reads the Job, plans it (or takes the saved plan given), writes the plan back;
+  3. compiles; if OneFlow rejects the plan, compiles again with OneFlow's own inference;
+  4. reads the compiled Job and the parameters back and checks them against the plan.
+Every way out of the plan is a warning that says which op and why.
+"""
+import logging
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional, Union
+
+import oneflow as flow
+from oneflow.nn.graph.graph_block import GraphTensor
+from oneflow.nn.graph.graph_config import GraphConfig
+
+from ..cost.cluster import load_cluster
+from ..plan import Plan, PlanMismatch
+from ..planner import STRATEGIES, hold_user_sbp, plan as make_plan
+from ..report import summary
+from .job import read_job
+from .placement import from_flow_sbp
+from .writeback import check_signatures, compiled_mismatches, write_plan
+
+log = logging.getLogger("oneflow_autoddl")
+
+PLANNERS = STRATEGIES + ("native",)
+_ORIGINAL_COMPILE = flow.nn.Graph._compile
+# Parameters already re-sharded by a compiled graph, by id: other graphs must keep their SBP.
+_SHARED: Dict[int, str] = {}
+
+
+@dataclass
+class AutoDDLConfig:
+    planner: str = "autoddl"
+    cluster: Optional[str] = None
+    ranks_per_node: Optional[int] = None
+    memory_per_device: Optional[float] = None
+    plan: Optional[Union[str, Plan]] = None
+
+
+def _settings(config: GraphConfig) -> AutoDDLConfig:
+    if not hasattr(config, "_autoddl"):
+        config._autoddl = AutoDDLConfig()
+    return config._autoddl
+
+
+def set_auto_parallel_planner(self, planner: str = "autoddl"):
+    """`autoddl` (the search; the default once this package is imported), `native` (OneFlow's
+    own pass), or an expert baseline applied as is: `data_parallel`, `megatron`, `zero`."""
+    if planner not in PLANNERS:
+        raise ValueError(f"auto-parallel planner must be one of {PLANNERS}, not {planner!r}")
+    _settings(self).planner = planner
+
+
+def set_auto_parallel_cluster(self, cluster: str):
+    """Cluster preset name (dgx-a100, dgx-h100, piz-daint, cpu-local) or a cluster JSON file."""
+    load_cluster(cluster)  # fail here, with the reason, rather than at compile
+    _settings(self).cluster = cluster
+
+
+def set_auto_parallel_ranks_per_node(self, ranks: int):
+    """How many consecutive ranks share a node (default: the cluster's devices per node)."""
+    if ranks < 1:
+        raise ValueError(f"ranks per node must be >= 1, not {ranks}")
+    _settings(self).ranks_per_node = ranks
+
+
+def set_auto_parallel_memory_per_device(self, nbytes: float):
+    """Memory one device may use for parameters, gradients, optimizer state and activations."""
+    if nbytes <= 0:
+        raise ValueError(f"memory per device must be > 0 bytes, not {nbytes}")
+    _settings(self).memory_per_device = float(nbytes)
+
+
+def set_auto_parallel_plan(self, plan: Union[str, Plan]):
+    """Use a saved plan (a Plan or its JSON file) instead of searching."""
+    _settings(self).plan = plan
+
+
+def plan_of(graph: "flow.nn.Graph") -> Optional[Plan]:
+    """The plan AutoDDL applied to a compiled graph (None if it compiled without one)."""
+    return getattr(graph, "_autoddl_plan", None)
+
+
+def _default_cluster(device: str) -> str:
+    return "cpu-local" if device == "cpu" else "dgx-a100"
+
+
+def _parameters(graph) -> Dict[str, "flow.Tensor"]:
+    """Variable op name -> the parameter or buffer tensor behind it, named as nn.Graph names them."""
+    out = {}
+    for block in graph._state():
+        gt = block.to(GraphTensor)
+        out.setdefault(gt.name_prefix + gt.name, block.to(flow.Tensor))
+    return out
+
+
+def _hold(graph, ir, settings: AutoDDLConfig) -> Dict[str, str]:
+    hold = {} if graph.config.proto.enable_auto_parallel_ignore_user_sbp_config else hold_user_sbp(ir)
+    for name, tensor in _parameters(graph).items():
+        owner = _SHARED.get(id(tensor))
+        if owner is not None and owner != graph.name and name in ir.ops:
+            hold[name] = f"shared with graph {owner}, which already placed it"
+    return hold
+
+
+def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
+    mesh = ir.main_placement()
+    if settings.plan is not None:
+        saved = settings.plan if isinstance(settings.plan, Plan) else Plan.load(settings.plan)
+        try:
+            saved.check_matches(ir, mesh.hierarchy)
+            check_signatures(ir, saved)
+            return saved
+        except PlanMismatch as e:
+            log.warning("AutoDDL: the saved plan does not match graph %s (%s); searching a new plan",
+                        graph.name, e)
+    cluster = settings.cluster or _default_cluster(mesh.device)
+    return make_plan(ir, cluster, memory_limit=settings.memory_per_device, hold=_hold(graph, ir, settings),
+                     ranks_per_node=settings.ranks_per_node, strategy=settings.planner)
+
+
+def _fallback(graph, reason: str) -> None:
+    log.warning("AutoDDL: %s; graph %s is compiled with OneFlow's own SBP inference instead", reason, graph.name)
+    graph._autoddl_plan = None
+    graph._autoddl_fallback = reason
+
+
+def _verify(graph, plan: Plan) -> None:
+    problems = compiled_mismatches(graph._compiled_graph_proto, plan)
+    params = _parameters(graph)
+    for name, want in plan.variables.items():
+        tensor = params.get(name)
+        if tensor is not None and tensor.is_global:
+            have = from_flow_sbp(tensor.sbp)
+            if have != plan.variable_sbp(name):
+                problems.append(f"parameter {name} has SBP {have} after compile, planned {want}")
+    if problems:
+        plan.notes.append("compiled job differs from the plan: " + "; ".join(problems[:5]))
+        log.warning("AutoDDL: graph %s compiled differently from its plan at %d op(s): %s",
+                    graph.name, len(problems), "; ".join(problems[:5]))
+    for tensor in params.values():
+        _SHARED.setdefault(id(tensor), graph.name)
+
+
+def _compile(self, *args, **kwargs):
+    settings = _settings(self.config)
+    proto = self.config.proto
+    if not proto.enable_auto_parallel or settings.planner == "native":
+        return _ORIGINAL_COMPILE(self, *args, **kwargs)
+    proto.enable_auto_parallel = False  # keep OneFlow's native pass out of our trace
+    try:
+        _, eager_outputs = self.build_graph(*args, **kwargs)
+    finally:
+        proto.enable_auto_parallel = True
+    job = self._full_graph_proto
+    started = time.perf_counter()
+    try:
+        plan = _obtain_plan(self, read_job(job), settings)
+        planned = write_plan(job, plan)
+    except Exception as e:  # a plan we cannot make must never stop training
+        _fallback(self, f"planning failed ({type(e).__name__}: {e})")
+        self.finish_complie_and_init_runtime()
+        return eager_outputs
+    self._full_graph_proto = planned
+    try:
+        self.finish_complie_and_init_runtime()
+    except Exception as e:  # OneFlow refused a signature: its message names the op
+        first = next((line for line in str(e).splitlines() if line.strip()), repr(e))
+        self._full_graph_proto = job
+        _fallback(self, f"OneFlow rejected the plan: {first.strip()}")
+        self.finish_complie_and_init_runtime()
+        return eager_outputs
+    self._autoddl_plan = plan
+    _verify(self, plan)
+    if flow.env.get_rank() == 0:
+        log.info("AutoDDL plan for graph %s (planned in %.2f s):\n%s", self.name,
+                 time.perf_counter() - started, summary(plan))
+    return eager_outputs
+
+
+def install() -> None:
+    """Patch nn.Graph and GraphConfig (idempotent)."""
+    for fn in (set_auto_parallel_planner, set_auto_parallel_cluster, set_auto_parallel_ranks_per_node,
+               set_auto_parallel_memory_per_device, set_auto_parallel_plan):
+        setattr(GraphConfig, fn.__name__, fn)
+    flow.nn.Graph._compile = _compile
