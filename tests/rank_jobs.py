@@ -1,0 +1,49 @@
+"""Functions the tests run on OneFlow ranks (through tests/ranks.py). Each returns JSON."""
+import os
+import sys
+
+import numpy as np
+import oneflow as flow
+from oneflow import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+
+from oneflow_autoddl.adapter.placement import placement  # noqa: E402
+
+
+def _mlp(place, nd):
+    """A 2-layer MLP with numpy-made weights, the same on every rank and for every mesh."""
+    rng = np.random.RandomState(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+    for p in model.parameters():
+        p.data = flow.tensor(rng.randn(*p.shape).astype(np.float32) * 0.2)
+    return model.to_global(place, [flow.sbp.broadcast] * nd)
+
+
+def train_mlp(mesh: str, steps: int = 3):
+    """Data parallel: batch split on every mesh axis, parameters replicated, SGD."""
+    place = placement("cpu", mesh)
+    nd = len(mesh.split("x"))
+    model = _mlp(place, nd)
+    opt = flow.optim.SGD(model.parameters(), lr=0.1)
+
+    class Train(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model, self.loss = model, nn.CrossEntropyLoss()
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = self.loss(self.model(x), y)
+            loss.backward()
+            return loss
+
+    graph, rng = Train(), np.random.RandomState(1)
+    split = [flow.sbp.split(0)] * nd
+    losses = []
+    for _ in range(steps):
+        x = flow.tensor(rng.randn(16, 32).astype(np.float32)).to_global(place, [flow.sbp.broadcast] * nd)
+        y = flow.tensor(rng.randint(0, 8, 16)).to_global(place, [flow.sbp.broadcast] * nd)
+        losses.append(float(graph(x.to_global(sbp=split), y.to_global(sbp=split)).numpy()))
+    return {"losses": losses, "rank": flow.env.get_rank()}

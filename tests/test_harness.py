@@ -1,0 +1,27 @@
+"""The rank harness: results per rank, a failing rank's stderr, timeouts that kill every child."""
+import pytest
+
+from conftest import our_launchers
+from ranks import RankFailure
+
+
+@pytest.mark.ranks
+def test_results_come_back_per_rank(ranks):
+    out = ranks("rank_harness:whoami", 2)
+    assert [r["rank"] for r in out] == [0, 1]
+    assert all(r["world"] == 2 for r in out)
+
+
+@pytest.mark.ranks
+def test_failing_rank_reports_its_stderr(ranks):
+    with pytest.raises(RankFailure) as err:
+        ranks("rank_harness:fail_on_rank", 2, rank=1)
+    assert "rank 1 refuses" in str(err.value)
+
+
+@pytest.mark.ranks
+def test_timeout_kills_every_child(ranks):
+    with pytest.raises(RankFailure) as err:
+        ranks("rank_harness:sleep", 2, timeout=10, seconds=600)
+    assert "timed out" in str(err.value)
+    assert our_launchers() == []
