@@ -1,16 +1,19 @@
 """The cost of boxing one tensor from one n-D SBP to another on the same mesh.
 
-OneFlow carries an n-D transition out one mesh axis at a time (hierarchical boxing
-builders, measured on CPU ranks): changing axis d while the others hold is a 1-D
-transition inside each group of devices along d, on the slice that group holds. A move
-on axis d is only group-local when no later axis splits the tensor axis it moves (later
-axes subdivide the pieces earlier axes cut); OneFlow has no builder for the others and
-routes them through middle nodes. States with the same SBP on every axis, like (S0, S0),
-are reduced to 1-D over the whole mesh first, so moving between two of them is one 1-D
-transition over all devices. The cost of a transition is the cheapest path of such
-moves (shortest paths over the n-D SBPs valid for the shape); on a 2 x 2 mesh it reproduces
-the middle nodes OneFlow's boxing collector picks. What one move costs is the
-backend's: NCCL ring collectives on CUDA, OneFlow's slice boxing over sockets on CPU.
+What OneFlow 0.9.0 does, measured on CPU ranks and read in its source:
+  - it first reduces the two n-D SBPs (drops mesh axes of size 1, merges adjacent axes that
+    carry the same SBP on both sides), so (S0, S0) -> (B, B) is one 1-D all-gather over
+    all devices;
+  - a transition its lazy cost formula calls finite (one mesh axis differs, not S -> P, and
+    not an axis-0 change next to an all-same split such as (S0, S0)) is done directly: a
+    1-D transition inside each group of devices along the differing axis, on the slice the
+    group holds (hierarchical boxing builders);
+  - any other goes through middle nodes that its boxing collector picks from a table of
+    cheapest paths under that same formula, computed on a virtual [4W, 4W] mesh
+    (W = world size), ties going to the path whose middle nodes store least.
+This module reproduces that choice of path (`oneflow_lazy_cost` is the formula of
+sbp_infer_util.cpp, see ../shared/ONEFLOW_0.9_NOTES.md 3) and prices each hop with the
+backend's own cost: NCCL ring collectives on CUDA, OneFlow's slice boxing over sockets on CPU.
 """
 import itertools
 import math
@@ -81,11 +84,6 @@ def _group_share(state: NdSbp, axis: int, hierarchy: Sequence[int]) -> int:
     return share
 
 
-def _local_move(state: NdSbp, axis: int, new: Sbp) -> bool:
-    moved = {s.axis for s in (state[axis], new) if s.is_split}
-    return not any(s.is_split and s.axis in moved for s in state[axis + 1:])
-
-
 def _valid(shape: Sequence[int], nd: NdSbp, hierarchy: Sequence[int]) -> bool:
     """A state OneFlow can hold: 1-D splits may be uneven, n-D ones must be even (see rules)."""
     if len(hierarchy) > 1:
@@ -98,66 +96,192 @@ def _mergeable(shape: Sequence[int], s: Sbp, n: int) -> bool:
     return not s.is_split or shape[s.axis] % n in (0, 1, n - 1)
 
 
-def _moves(state: NdSbp, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks],
-           alphabet: Sequence[Sbp], axis_cost: AxisCost):
-    """(next state, cost) of every move OneFlow performs directly from `state`."""
+def reduce_pair(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int]):
+    """OneFlow's InOutParallelDimReduce: (reduced hierarchy, src, dst), with groups of merged axes."""
+    axes = [(h, [d], src[d], dst[d]) for d, h in enumerate(hierarchy) if h > 1]
+    merged: List[tuple] = []
+    for h, ds, a, b in axes:
+        if merged and merged[-1][2] == a and merged[-1][3] == b:
+            n = merged[-1][0] * h
+            if _mergeable(shape, a, n) and _mergeable(shape, b, n):
+                ph, pds, _, _ = merged.pop()
+                merged.append((n, pds + ds, a, b))
+                continue
+        merged.append((h, ds, a, b))
+    return merged
+
+
+# OneFlow 0.9.0's flat transfer cost and partial-sum penalty (sbp_infer_util.cpp); only the
+# choice of middle nodes depends on them, never a predicted byte.
+_TC = 1.65e4
+INF = math.inf
+
+
+def _lazy_1d(a: Sbp, b: Sbp, t: float, n: int, two_d: bool) -> float:
+    if a == b:
+        return 0.0
+    if a.kind == "S" and b.kind == "P":
+        return INF
+    if a.kind == "B":
+        return 8 * n * t if b.kind == "P" else 1.0
+    if a.kind == "S":
+        return t * (n - 1) / n if b.kind == "S" else t * (n - 1)
+    if b.kind == "P":
+        return INF if two_d else 0.0
+    return t * (n - 1) if b.kind == "S" else 2 * t * (n - 1)
+
+
+def oneflow_lazy_cost(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int], t: float) -> float:
+    """ComputeLazyCopyCostBetweenNdSbp on one placement: INF where OneFlow needs middle nodes."""
+    axes = reduce_pair(src, dst, hierarchy, shape)
+    if all(a == b for _, _, a, b in axes):
+        return 0.0
+    if len(axes) == 1:
+        (n, _, a, b), = axes
+        return _TC + _lazy_1d(a, b, t, n, False)
+    if len(axes) != 2:
+        return INF
+    (h0, _, a0, b0), (h1, _, a1, b1) = axes
+    if a0 != b0 and a1 != b1:
+        return INF
+    if a0 != b0 and ((a0 == a1 and a0.is_split) or (b0 == b1 and b0.is_split)):
+        return INF  # "Splitting at the same dimension needs special cares"
+    same, diff, h_same, h_diff = (a1, (a0, b0), h1, h0) if a0 != b0 else (a0, (a1, b1), h0, h1)
+    t_eff = t if same.is_split else t * h_same
+    return _TC + _lazy_1d(diff[0], diff[1], t_eff, h_diff, True)
+
+
+def _direct_cost(src: NdSbp, dst: NdSbp, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks],
+                 axis_cost: AxisCost) -> Transfer:
+    """A transition OneFlow performs in one go: a 1-D move on one (possibly merged) mesh axis."""
     hierarchy = [a.size for a in axes]
     numel = math.prod(shape)
-    for axis, new in itertools.product(range(len(axes)), alphabet):
-        if new == state[axis] or axes[axis].size == 1 or not _local_move(state, axis, new):
-            continue
-        nxt = state[:axis] + (new,) + state[axis + 1:]
-        if _valid(shape, nxt, hierarchy):
-            share = _group_share(state, axis, hierarchy)
-            yield nxt, axis_cost(state[axis], new, nbytes / share, numel / share, axes[axis].size, axes[axis].link)
-    if len(axes) > 1 and len(set(state)) == 1:
-        n = math.prod(hierarchy)
-        slowest = min((a.link for a in axes), key=lambda link: link.bandwidth)
-        for new in alphabet:
-            nxt = (new,) * len(axes)
-            if new != state[0] and _mergeable(shape, new, n) and _mergeable(shape, state[0], n) \
-                    and _valid(shape, nxt, hierarchy):
-                yield nxt, axis_cost(state[0], new, nbytes, numel, n, slowest)
+    moving = [(n, ds, a, b) for n, ds, a, b in reduce_pair(src, dst, hierarchy, shape) if a != b]
+    if not moving:
+        return FREE
+    (n, ds, a, b), = moving
+    share = math.prod(hierarchy[k] for k, s in enumerate(src) if k not in ds and s.is_split)
+    link = min((axes[d].link for d in ds), key=lambda l: l.bandwidth)
+    return axis_cost(a, b, nbytes / share, numel / share, n, link)
+
+
+def collector_paths(costs: np.ndarray, max_middle: int) -> Dict[Tuple[int, int], List[List[int]]]:
+    """OneFlow's BoxingCollector::GenerateCombination4SamePlacement on a matrix of hop costs.
+
+    Middle nodes are added one at a time: a pair still infinite after m - 1 middle nodes
+    takes the cheapest i -> (m - 1 middle nodes) -> k -> j with k -> j direct; every list
+    within 1e-7 of that cost is kept (the caller breaks the tie by storage).
+    """
+    n = len(costs)
+    best = costs.copy()
+    lists: Dict[Tuple[int, int], List[List[int]]] = {}
+    for m in range(1, max_middle + 1):
+        via = {ik: ls for ik, ls in lists.items() if len(ls[0]) == m - 1} if m > 1 else None
+        reach = np.full((n, n), INF)  # cost of i -> k with exactly m - 1 middle nodes
+        if m == 1:
+            reach = np.where(np.isfinite(costs), costs, INF)
+            np.fill_diagonal(reach, INF)
+        else:
+            for (i, k) in via:
+                reach[i, k] = best[i, k]
+        direct_kj = np.where(np.isfinite(costs), costs, INF)
+        np.fill_diagonal(direct_kj, INF)
+        todo = [(i, j) for i in range(n) for j in range(n) if i != j and not np.isfinite(best[i, j])]
+        for i, j in todo:
+            total = reach[i, :] + direct_kj[:, j]
+            total[[i, j]] = INF
+            low = float(total.min())
+            if not np.isfinite(low):
+                continue
+            best[i, j] = low
+            found = []
+            for k in np.nonzero(total <= low * 1.0000001)[0]:
+                found += [ls + [int(k)] for ls in lists[(i, int(k))]] if m > 1 else [[int(k)]]
+            lists[(i, j)] = found
+    return lists
+
+
+_VIRTUAL: Dict[int, tuple] = {}
+
+
+def _virtual_table(world: int):
+    """The collector's middle-node lists on its virtual [4W, 4W] mesh over S(0..5), B, P."""
+    if world not in _VIRTUAL:
+        h = 4 * world
+        vshape = (h * h,) * 6
+        t = float(h * h) ** 6
+        alphabet = [B, P] + [S(i) for i in range(6)]
+        states = list(itertools.product(alphabet, repeat=2))
+        costs = np.array([[oneflow_lazy_cost(a, b, (h, h), vshape, t) for b in states] for a in states])
+        _VIRTUAL[world] = ({st: i for i, st in enumerate(states)}, states, collector_paths(costs, 3))
+    return _VIRTUAL[world]
 
 
 class TransitionTable:
-    """All-pairs cheapest transitions between the SBPs one tensor can hold on the mesh.
+    """Every transition between the SBPs one tensor can hold on the mesh, priced per hop.
 
-    Built once per (shape, dtype): the direct moves as an edge list, then Floyd-Warshall
-    on time; bytes are read along the chosen path.
+    Built once per (shape, dtype). A direct transition costs one move; any other follows
+    the middle nodes OneFlow's boxing collector would insert (fewest middle nodes first,
+    cheapest by its formula, least storage on the real shape) and costs the sum of its hops.
     """
 
     def __init__(self, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks], axis_cost: AxisCost):
-        hierarchy = [a.size for a in axes]
+        self.shape, self.nbytes, self.axes, self.axis_cost = tuple(shape), nbytes, tuple(axes), axis_cost
+        self.hierarchy = tuple(a.size for a in axes)
         alphabet = [B, P] + [S(i) for i in range(len(shape))]
-        self.states = [st for st in itertools.product(alphabet, repeat=len(axes)) if _valid(shape, st, hierarchy)]
+        self.states = [st for st in itertools.product(alphabet, repeat=len(axes))
+                       if _valid(shape, st, self.hierarchy)]
         self.index = {st: i for i, st in enumerate(self.states)}
-        n = len(self.states)
-        self.hop: Dict[Tuple[int, int], Transfer] = {}
-        time = np.full((n, n), np.inf)
-        np.fill_diagonal(time, 0.0)
-        for i, st in enumerate(self.states):
-            for nxt, cost in _moves(st, shape, nbytes, axes, alphabet, axis_cost):
-                j = self.index[nxt]
-                if (i, j) not in self.hop or cost.time < self.hop[(i, j)].time:
-                    self.hop[(i, j)] = cost
-                    time[i, j] = cost.time
-        succ = np.tile(np.arange(n), (n, 1))
-        for k in range(n):
-            through = time[:, k:k + 1] + time[k:k + 1, :]
-            better = through < time - 1e-30
-            time = np.where(better, through, time)
-            succ = np.where(better, succ[:, k:k + 1], succ)
-        self.time, self.succ = time, succ
+        self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
+        self._custom = None
+
+    def _direct(self, src: NdSbp, dst: NdSbp) -> bool:
+        return oneflow_lazy_cost(src, dst, self.hierarchy, self.shape, 1.0) < INF
+
+    def _storage(self, middle: Sequence[NdSbp]) -> float:
+        total = 0.0
+        for st in middle:
+            local = local_shape(self.shape, st, self.hierarchy) if st in self.index else None
+            if local is None:
+                return INF
+            total += math.prod(local)
+        return total
+
+    def _route(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
+        """Middle nodes from the virtual table, else from the real shape (the customized collector)."""
+        if len(reduce_pair(src, dst, self.hierarchy, self.shape)) == 1:
+            return [src, (B,) * len(self.hierarchy), dst]  # S -> P: OneFlow inserts B (1-D rule)
+        if len(self.hierarchy) != 2 or len(self.shape) > 6:
+            return None
+        index, states, lists = _virtual_table(math.prod(self.hierarchy))
+        options = [[states[k] for k in ls] for ls in lists.get((index[src], index[dst]), [])]
+        options = [ls for ls in options if self._storage(ls) < INF]
+        if not options:
+            options = self._custom_options(src, dst)
+        if not options:
+            return None
+        return [src] + min(options, key=self._storage) + [dst]
+
+    def _custom_options(self, src: NdSbp, dst: NdSbp) -> List[List[NdSbp]]:
+        if self._custom is None:
+            t = self.nbytes
+            costs = np.array([[oneflow_lazy_cost(a, b, self.hierarchy, self.shape, t) for b in self.states]
+                              for a in self.states])
+            self._custom = collector_paths(costs, 5)
+        return [[self.states[k] for k in ls] for ls in self._custom.get((self.index[src], self.index[dst]), [])]
 
     def path(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
-        i, j = self.index.get(src), self.index.get(dst)
-        if i is None or j is None or not np.isfinite(self.time[i, j]):
+        if src not in self.index or dst not in self.index:
             return None
-        path = [i]
-        while path[-1] != j:
-            path.append(int(self.succ[path[-1], j]))
-        return [self.states[k] for k in path]
+        key = (src, dst)
+        if key not in self._paths:
+            if src == dst:
+                self._paths[key] = [src]
+            elif self._direct(src, dst):
+                self._paths[key] = [src, dst]
+            else:
+                self._paths[key] = self._route(src, dst)
+        return self._paths[key]
 
     def cost(self, src: NdSbp, dst: NdSbp) -> Optional[Transfer]:
         path = self.path(src, dst)
@@ -165,5 +289,5 @@ class TransitionTable:
             return None
         total = FREE
         for a, b in zip(path, path[1:]):
-            total = total + self.hop[(self.index[a], self.index[b])]
+            total = total + _direct_cost(a, b, self.shape, self.nbytes, self.axes, self.axis_cost)
         return total

@@ -1,0 +1,188 @@
+"""Cost model: transitions by hand and against OneFlow's formulas, clusters, meshes, compute, memory."""
+import json
+
+import pytest
+
+from irkit import Kit
+from oneflow_autoddl.cost.boxing import MESSAGE_OVERHEAD, nccl_axis_cost, oneflow_cpu_axis_cost
+from oneflow_autoddl.cost.cluster import ClusterError, Link, cluster_from_json, load_cluster, map_mesh, preset_names
+from oneflow_autoddl.cost.compute import op_memory, op_time
+from oneflow_autoddl.cost.model import CostModel
+from oneflow_autoddl.sbp import B, S, Signature, parse_nd
+
+T = 4 * 2 ** 20  # bytes: the tensors measured on CPU ranks were 1M floats
+SHAPE = (4096, 256)
+
+
+def cluster(backend="nccl", dpn=8, nodes=4, intra=(100e9, 1e-6), inter=(80e9, 5e-6)):
+    return cluster_from_json({
+        "name": "test", "backend": backend, "nodes": nodes, "devices_per_node": dpn, "source": "test",
+        "device": {"name": "d", "memory_bytes": 16e9, "flops": {"float32": 1e12}, "memory_bandwidth": 1e12},
+        "links": {"intra_node": {"bandwidth_per_device": intra[0], "latency": intra[1]},
+                  "inter_node": {"bandwidth_per_node": inter[0], "latency": inter[1]}}})
+
+
+# -- one mesh axis ---------------------------------------------------------------------------------
+ONE_D = [("S(0)", "B", 3 / 4), ("P", "B", 3 / 2), ("P", "S(0)", 3 / 4), ("S(0)", "S(1)", 3 / 16),
+         ("B", "S(0)", 0), ("B", "P", 0), ("S(0)", "P", 3 / 4), ("P", "P", 0)]
+
+
+@pytest.mark.parametrize("src,dst,fraction", ONE_D)
+def test_one_axis_bytes_and_alpha_beta_time(src, dst, fraction):
+    link = Link(bandwidth=10e9, latency=2e-6)
+    t = nccl_axis_cost(parse_nd(src)[0], parse_nd(dst)[0], T, T / 4, 4, link)
+    assert t.bytes == pytest.approx(fraction * T)
+    steps = {0: 0, 3 / 2: 6}.get(fraction, 3)
+    assert t.time == pytest.approx(steps * link.latency + fraction * T / link.bandwidth)
+
+
+@pytest.mark.parametrize("src,dst,fraction", ONE_D)
+def test_cpu_boxing_adds_padding_and_headers_per_message(src, dst, fraction):
+    """OneFlow CPU slice boxing: one socket message per peer and slice (2(p-1) for P->B)."""
+    link = Link(bandwidth=1e9, latency=1e-4)
+    t = oneflow_cpu_axis_cost(parse_nd(src)[0], parse_nd(dst)[0], T, T / 4, 4, link)
+    messages = {0: 0, 3 / 2: 6}.get(fraction, 3)
+    assert t.bytes == pytest.approx(fraction * T + messages * MESSAGE_OVERHEAD)
+
+
+@pytest.mark.parametrize("src,dst,n", [("S(0)", "B", 4), ("P", "B", 4), ("P", "S(0)", 4), ("S(0)", "S(1)", 4),
+                                       ("S(0)", "B", 2), ("P", "B", 2)])
+def test_per_device_bytes_times_devices_equal_oneflow_native_formulas(src, dst, n):
+    """ONEFLOW_0.9_NOTES.md 3.2 (without the flat TC): S->B T(n-1), P->B 2T(n-1), P->S T(n-1), S->S T(n-1)/n."""
+    oneflow_total = {("S(0)", "B"): T * (n - 1), ("P", "B"): 2 * T * (n - 1), ("P", "S(0)"): T * (n - 1),
+                     ("S(0)", "S(1)"): T * (n - 1) / n}[(src, dst)]
+    ours = nccl_axis_cost(parse_nd(src)[0], parse_nd(dst)[0], T, T / 4, n, Link(1e9, 0.0))
+    assert ours.bytes * n == pytest.approx(oneflow_total)
+
+
+# -- n-D transitions on a 2 x 2 mesh, as measured on 4 CPU ranks (wchar) ------------------------------
+MEASURED_2X2 = [
+    ("(S(0), B)", "(S(0), S(1))", 0), ("(B, B)", "(S(0), S(1))", 0), ("(S(0), S(1))", "(S(0), B)", 0.25),
+    ("(S(0), P)", "(S(0), S(0))", 0.25), ("(S(0), B)", "(S(1), B)", 0.25), ("(S(0), S(0))", "(S(0), S(1))", 0.125),
+    ("(S(0), B)", "(B, B)", 0.5), ("(P, S(1))", "(B, S(1))", 0.5), ("(S(0), P)", "(S(0), B)", 0.5),
+    ("(P, B)", "(B, B)", 1.0), ("(B, P)", "(B, B)", 1.0), ("(S(0), S(0))", "(B, B)", 0.75),
+    ("(P, P)", "(B, B)", 1.5), ("(S(0), S(0))", "(S(1), S(1))", 0.1875), ("(S(0), S(1))", "(B, B)", 0.75),
+    ("(S(0), B)", "(B, S(0))", 0.5), ("(P, B)", "(B, S(0))", 0.5), ("(P, P)", "(S(0), S(1))", 0.75),
+    ("(S(0), S(1))", "(S(1), S(0))", 0.4375), ("(P, S(0))", "(S(0), S(0))", 0.5625),
+    ("(P, S(1))", "(S(1), P)", 1.0), ("(S(0), S(1))", "(P, P)", 0.75),
+]
+
+
+@pytest.mark.parametrize("src,dst,fraction", MEASURED_2X2)
+def test_two_d_transitions_match_the_bytes_oneflow_moved(src, dst, fraction):
+    model = CostModel(cluster(dpn=4), (2, 2))
+    assert model.transfer(parse_nd(src), parse_nd(dst), SHAPE, "float32").bytes == pytest.approx(fraction * T)
+
+
+def test_two_d_middle_nodes_are_the_ones_oneflow_chose():
+    model = CostModel(cluster(dpn=4), (2, 2))
+    path = model.path(parse_nd("(S(0), S(1))"), parse_nd("(S(1), S(0))"), SHAPE, "float32")
+    assert path == [parse_nd(s) for s in ("(S(0), S(1))", "(S(0), S(0))", "(S(1), S(1))", "(S(1), S(0))")]
+
+
+def test_mesh_axes_cost_their_own_links():
+    """(P, B) -> (B, B) all-reduces across nodes, (B, P) -> (B, B) inside them."""
+    model = CostModel(cluster(dpn=2, intra=(100e9, 0.0), inter=(20e9, 0.0)), (2, 2))
+    across = model.transfer(parse_nd("(P, B)"), parse_nd("(B, B)"), SHAPE, "float32")
+    inside = model.transfer(parse_nd("(B, P)"), parse_nd("(B, B)"), SHAPE, "float32")
+    assert across.bytes == inside.bytes == pytest.approx(T)
+    assert across.time == pytest.approx(T / 10e9)  # 20 GB/s per node shared by 2 devices
+    assert inside.time == pytest.approx(T / 100e9)
+
+
+def test_one_d_mesh_across_nodes_is_limited_by_the_slowest_link():
+    model = CostModel(cluster(dpn=4, intra=(100e9, 0.0), inter=(40e9, 0.0)), (8,))
+    t = model.transfer((S(0),), (B,), SHAPE, "float32")
+    assert t.time == pytest.approx(7 / 8 * T / 10e9)
+
+
+def test_size_one_axes_move_nothing():
+    model = CostModel(cluster(), (1, 4))
+    assert model.transfer((S(0), S(0)), (B, S(0)), SHAPE, "float32").bytes == 0
+
+
+# -- clusters and meshes ---------------------------------------------------------------------------
+def test_presets_load_and_state_their_sources():
+    assert {"dgx-a100", "dgx-h100", "piz-daint", "cpu-local"} <= set(preset_names())
+    for name in preset_names():
+        c = load_cluster(name)
+        assert c.source and c.intra.bandwidth > 0 and c.flops_for("float32") > 0
+    a100 = load_cluster("dgx-a100")
+    assert a100.devices_per_node == 8 and a100.inter.bandwidth == pytest.approx(25e9)
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("nodes",), None, "'nodes' is missing"), (("nodes",), -2, "'nodes' must be a whole number"),
+    (("links", "inter_node", "latency"), -1e-6, "'links.inter_node.latency' must be >= 0"),
+    (("device", "memory_bytes"), 0, "'device.memory_bytes' must be > 0"),
+    (("backend",), "mpi", "'backend' must be one of"),
+    (("device", "flops"), {"float16": 1e12}, "'device.flops.float32' is missing")])
+def test_bad_cluster_fields_are_named(path, value, message):
+    data = load_cluster("dgx-a100").to_json()
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value is None:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    with pytest.raises(ClusterError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        cluster_from_json(data)
+
+
+def test_unknown_preset_and_malformed_file(tmp_path):
+    with pytest.raises(ClusterError, match="dgx-a100"):
+        load_cluster("dgx-z9")
+    bad = tmp_path / "c.json"
+    bad.write_text("{nodes: 1")
+    with pytest.raises(ClusterError, match="not valid JSON"):
+        load_cluster(str(bad))
+
+
+def test_mesh_mapping_and_its_errors():
+    a100 = load_cluster("dgx-a100")
+    assert [a.crosses_nodes for a in map_mesh(a100, (128, 8)).axes] == [True, False]
+    assert [a.crosses_nodes for a in map_mesh(a100, (2, 4)).axes] == [False, False]
+    assert [a.crosses_nodes for a in map_mesh(a100, (16, 64)).axes] == [True, True]
+    with pytest.raises(ClusterError, match="needs 2048 devices"):
+        map_mesh(a100, (256, 8))
+    with pytest.raises(ClusterError, match="unevenly"):
+        map_mesh(a100, (4, 3))
+
+
+def test_round_trip_through_json():
+    c = load_cluster("piz-daint")
+    assert cluster_from_json(json.loads(json.dumps(c.to_json()))) == c
+
+
+# -- compute and memory ----------------------------------------------------------------------------
+def _matmul_kit(mesh=(4,)):
+    kit = Kit(mesh)
+    x, w = kit.input("x", (64, 256)), kit.variable("w", (1024, 256))
+    kit.op("mm", "matmul", {"a_0": x, "b_0": w}, {"out_0": (64, 1024)}, transpose_a=False, transpose_b=True)
+    return kit.graph()
+
+
+def test_matmul_time_is_flops_on_the_local_shard_and_replication_pays_in_full():
+    g = _matmul_kit()
+    c = cluster()
+    flops = 2 * 64 * 1024 * 256
+    split = Signature({"a_0": (S(0),), "b_0": (B,), "out_0": (S(0),)})
+    replicated = Signature({"a_0": (B,), "b_0": (B,), "out_0": (B,)})
+    assert op_time(c, g, g.op("mm"), split) == pytest.approx(flops / 4 / 1e12)
+    assert op_time(c, g, g.op("mm"), replicated) == pytest.approx(flops / 1e12)
+
+
+def test_elementwise_time_is_bytes_over_memory_bandwidth():
+    kit = Kit((2,))
+    x = kit.input("x", (64, 1024))
+    kit.op("r", "relu", {"x_0": x}, {"y_0": (64, 1024)})
+    g = kit.graph()
+    t = op_time(cluster(), g, g.op("r"), Signature({"x_0": (S(0),), "y_0": (S(0),)}))
+    assert t == pytest.approx(2 * 32 * 1024 * 4 / 1e12)
+
+
+def test_variable_memory_is_its_shard():
+    g = _matmul_kit()
+    assert op_memory(g, g.op("w"), Signature({"out": (S(0),)})) == 1024 * 256 * 4 / 4
+    assert op_memory(g, g.op("w"), Signature({"out": (B,)})) == 1024 * 256 * 4
