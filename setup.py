@@ -6,7 +6,7 @@ setup(
     version="0.1.0",
     description="AutoDDL: near-optimal-bandwidth automatic SBP parallelism for OneFlow nn.Graph",
     packages=find_packages(include=["oneflow_autoddl", "oneflow_autoddl.*"]),
-    package_data={"oneflow_autoddl": ["cost/presets/*.json"]},
+    package_data={"oneflow_autoddl": ["cost/presets/*.json", "models/templates/*.json"]},
     # OneFlow 0.9.0 ships wheels for CPython 3.7-3.10 only.
     python_requires=">=3.7,<3.11",
     install_requires=[

@@ -5,6 +5,7 @@ fills it from a Job proto; `oneflow_autoddl.models` builds the same thing for mo
 large to trace here. Blob names (`a_0`, `out_0`, `in`, `out`) are OneFlow's own, so a
 signature found on this graph can be written back into the Job unchanged.
 """
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -117,21 +118,27 @@ class Graph:
                 t.consumers.append((op.name, ibn))
 
     def _topological_order(self) -> List[str]:
-        indegree = {name: 0 for name in self.ops}
-        for op in self.ops.values():
-            indegree[op.name] = len({self.tensors[lbn].producer for lbn in op.inputs.values()})
-        ready = [name for name, d in indegree.items() if d == 0]
-        order: List[str] = []
+        """Kahn's order, taking the earliest op (in the Job's order) among those ready: a Job
+        already in topological order comes out unchanged."""
         position = {name: i for i, name in enumerate(self.ops)}
+        names = list(self.ops)
+        indegree = [0] * len(names)
+        successors: List[List[int]] = [[] for _ in names]
+        for i, op in enumerate(self.ops.values()):
+            producers = {position[self.tensors[lbn].producer] for lbn in op.inputs.values()}
+            indegree[i] = len(producers)
+            for p in producers:
+                successors[p].append(i)
+        ready = [i for i, d in enumerate(indegree) if d == 0]
+        heapq.heapify(ready)
+        order: List[str] = []
         while ready:
-            ready.sort(key=position.__getitem__, reverse=True)
-            name = ready.pop()
-            order.append(name)
-            for succ in sorted({c for lbn in self.ops[name].outputs.values()
-                                for c, _ in self.tensors[lbn].consumers}, key=position.__getitem__):
-                indegree[succ] -= 1
-                if indegree[succ] == 0:
-                    ready.append(succ)
+            i = heapq.heappop(ready)
+            order.append(names[i])
+            for j in successors[i]:
+                indegree[j] -= 1
+                if indegree[j] == 0:
+                    heapq.heappush(ready, j)
         if len(order) != len(self.ops):
             stuck = sorted(set(self.ops) - set(order))[:5]
             raise GraphError(f"the graph has a cycle through {stuck}")
