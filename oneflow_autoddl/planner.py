@@ -8,7 +8,7 @@ the leanest plan needs.
 """
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -116,7 +116,7 @@ class Planner:
         detail = p.evaluate(x)
         ops, unplanned, variables, var_shapes, var_bytes = {}, {}, {}, {}, {}
         for unit in p.units:
-            for pos, name in enumerate(unit.ops):
+            for name in unit.ops:
                 op = g.op(name)
                 sig = p.signature(name, x)
                 if unit.fixed is not None and not everything:

@@ -5,9 +5,8 @@ take, in topological order, its cheapest signature given what is already decided
 OneFlow's greedy inference does once parameter SBPs are set). They are the seeds of the
 search and the yardsticks of the report.
 """
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Set
 
-import numpy as np
 
 from ..ir import Op
 from ..sbp import B, NdSbp, S
@@ -166,7 +165,7 @@ def _megatron_sbp(problem: Problem, v: int, nd: NdSbp, roles: Dict[str, str], tp
 def _column_axes(problem: Problem, var: str):
     """(output-feature axis, input-feature axis) of a weight, from the matmul that uses it."""
     graph = problem.graph
-    for consumer, ibn in graph.consumers(graph.op(var), "out"):
+    for consumer, _ in graph.consumers(graph.op(var), "out"):
         if _weight_of(problem, consumer) == var:
             return (0, 1) if consumer.attrs.get("transpose_b", False) else (1, 0)
     return (0, 1)

@@ -2,7 +2,8 @@
 
 A coordinate is a group of variables: the units of one module scope (a layer's forward
 ops with their backward ops, its parameters and their optimizer ops), then of each
-enclosing scope, then the whole graph, then each variable with its neighbours. A step
+enclosing scope, then the whole graph, then each variable with its neighbours where no
+scope already holds them all. A step
 re-solves one group exactly (variable elimination) with every other variable held, and
 keeps the result only if it lowers the objective; sweeps repeat until none does.
 """
@@ -55,7 +56,11 @@ class Descent:
         self.problem = problem
         self.unary = problem.unary(memory_weight)
         self.memory_weight = memory_weight
-        self.groups = [g for g in scope_groups(problem) + neighbour_groups(problem) if self._solvable(g)]
+        scoped = [g for g in scope_groups(problem) if self._solvable(g)]
+        covered = [set(g) for g in scoped]
+        extra = [g for g in neighbour_groups(problem)
+                 if not any(set(g) <= c for c in covered) and self._solvable(g)]
+        self.groups = scoped + extra
         self.steps = 0
 
     def _solvable(self, group: Sequence[int]) -> bool:

@@ -31,14 +31,15 @@ def condition(vars_: Sequence[int], table: np.ndarray, free: Set[int], x) -> Opt
 def _combine(factors: List[Factor], domain: Dict[int, int]) -> Tuple[Tuple[int, ...], np.ndarray]:
     vars_ = tuple(sorted({v for f in factors for v in f.vars}))
     axis = {v: i for i, v in enumerate(vars_)}
-    shape = tuple(domain[v] for v in vars_)
-    total = np.zeros(shape)
-    for f in factors:
+    total = None
+    for f in sorted(factors, key=lambda f: -f.table.size):
+        order = sorted(range(len(f.vars)), key=lambda i: axis[f.vars[i]])
         view = [1] * len(vars_)
-        for v, n in zip(f.vars, f.table.shape):
-            view[axis[v]] = n
-        total = total + f.table.reshape(view)
-    return vars_, total
+        for i in order:
+            view[axis[f.vars[i]]] = f.table.shape[i]
+        t = np.transpose(f.table, order).reshape(view) if order != list(range(len(order))) else f.table.reshape(view)
+        total = t if total is None else total + t
+    return vars_, np.broadcast_to(total, tuple(domain[v] for v in vars_))
 
 
 def elimination_width(free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]) -> int:

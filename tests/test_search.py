@@ -1,0 +1,175 @@
+"""The search: exact against exhaustive enumeration on small graphs, memory, baselines, determinism."""
+import itertools
+import logging
+
+import numpy as np
+import pytest
+
+from irkit import Kit
+from oneflow_autoddl.cost.cluster import load_cluster
+from oneflow_autoddl.cost.model import CostModel
+from oneflow_autoddl.models import build_gpt
+from oneflow_autoddl.planner import Planner, plan
+from oneflow_autoddl.search import baselines
+from oneflow_autoddl.search.exhaustive import solve_exhaustive
+from oneflow_autoddl.search.problem import Problem
+from oneflow_autoddl.search.units import PlanningError
+from oneflow_autoddl.sbp import B, S
+
+
+def chain(mesh, depth=2, width=64, batch=16):
+    kit = Kit(mesh)
+    x = kit.input("x", (batch, width))
+    for i in range(depth):
+        x = kit.linear(f"m.{i}", x, width * (2 if i % 2 == 0 else 1) if i < depth - 1 else 8)
+        if i < depth - 1:
+            x = kit.unary(f"m.{i}", "relu", x)
+    kit.output("out", x)
+    return kit.graph()
+
+
+def residual(mesh, width=32, batch=8):
+    kit = Kit(mesh)
+    x = kit.input("x", (batch, width))
+    h = kit.unary("m.act", "relu", kit.linear("m.fc", x, width))
+    y = kit.add("m", x, kit.linear("m.proj", h, width, bias=False))
+    kit.output("out", y)
+    return kit.graph()
+
+
+def attention(mesh, batch=4, seq=8, hidden=16, heads=2):
+    kit = Kit(mesh)
+    x = kit.input("x", (batch, seq, hidden))
+    q = kit.linear("m.q", x, hidden, bias=False)
+    k = kit.linear("m.k", x, hidden, bias=False)
+    d = hidden // heads
+    q4 = kit.op("m-reshape-q", "reshape", {"in_0": q}, {"out_0": (batch, seq, heads, d)}, shape=[batch, seq, heads, d])
+    k4 = kit.op("m-reshape-k", "reshape", {"in_0": k}, {"out_0": (batch, seq, heads, d)}, shape=[batch, seq, heads, d])
+    qt = kit.op("m-transpose-q", "transpose", {"input_0": q4["out_0"]}, {"output_0": (batch, heads, seq, d)}, perm=[0, 2, 1, 3])
+    kt = kit.op("m-transpose-k", "transpose", {"input_0": k4["out_0"]}, {"output_0": (batch, heads, d, seq)}, perm=[0, 2, 3, 1])
+    att = kit.op("m-batch_matmul", "batch_matmul", {"a_0": qt["output_0"], "b_0": kt["output_0"]},
+                 {"out_0": (batch, heads, seq, seq)}, transpose_a=False, transpose_b=False)
+    sm = kit.op("m-softmax", "softmax", {"in_0": att["out_0"]}, {"out_0": (batch, heads, seq, seq)})
+    kit.output("out", sm["out_0"])
+    return kit.graph()
+
+
+def attention_core(mesh, batch=4, heads=2, seq=8, d=8):
+    """softmax(q k^T) v on per-head tensors: the attention block without its projections."""
+    kit = Kit(mesh)
+    q, k, v = (kit.input(n, (batch, heads, seq, d)) for n in "qkv")
+    att = kit.op("m-batch_matmul-1", "batch_matmul", {"a_0": q, "b_0": k}, {"out_0": (batch, heads, seq, seq)},
+                 transpose_a=False, transpose_b=True)["out_0"]
+    sm = kit.op("m-softmax-2", "softmax", {"in_0": att}, {"out_0": (batch, heads, seq, seq)})["out_0"]
+    y = kit.op("m-batch_matmul-3", "batch_matmul", {"a_0": sm, "b_0": v}, {"out_0": (batch, heads, seq, d)},
+               transpose_a=False, transpose_b=False)["out_0"]
+    kit.output("out", y)
+    return kit.graph()
+
+
+BUILD = {"chain2": lambda m: chain(m, 2), "chain3": lambda m: chain(m, 3), "chain4": lambda m: chain(m, 4),
+         "residual": residual, "attention": attention, "attention-core": attention_core}
+# exhaustive proofs on 2 x 2 grow fast with the candidates (up to 63 per op): smaller graphs there
+SUITE = [(name, mesh) for name in ("chain2", "chain3", "chain4", "residual", "attention", "attention-core")
+         for mesh in [(2,), (4,), (8,)]] + [(name, (2, 2)) for name in ("chain2", "residual", "attention-core")]
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return load_cluster("cpu-local")
+
+
+def test_descent_matches_exhaustive_optimum_on_the_suite():
+    worst, count = 1.0, 0
+    for (name, mesh), cluster in itertools.product(SUITE, ("cpu-local", "dgx-a100")):
+        if cluster == "cpu-local" and len(mesh) == 1 and mesh[0] > 4:
+            continue  # this machine's CPU cluster has 4 ranks
+        planner = Planner(BUILD[name](mesh), load_cluster(cluster))
+        x, _ = planner.search()
+        found = planner.problem.objective(x)
+        # the proof starts from a cheap upper bound (replicated), never from the descent's answer
+        _, optimum = solve_exhaustive(planner.problem, incumbent=baselines.replicated(planner.problem))
+        assert found <= optimum * 1.001, (name, mesh, cluster, found, optimum)
+        worst, count = max(worst, found / optimum), count + 1
+    print(f"\n{count} graphs (chains, residual block, attention; meshes 2, 4, 8, 2x2; cpu-local and dgx-a100): "
+          f"worst descent / optimum = {worst:.6f}")
+
+
+def test_exhaustive_is_exhaustive_on_a_tiny_graph(cpu):
+    problem = Problem(chain((2,), 1), CostModel(cpu, (2,)))
+    free = [v for v in range(len(problem.var_units)) if problem.is_free(v)]
+    best = min(problem.objective(list(ks)) for ks in itertools.product(*(range(d) for d in problem.domain)))
+    assert solve_exhaustive(problem)[1] == pytest.approx(best)
+    assert len(free) >= 3
+
+
+def test_factor_objective_is_the_exact_evaluation(cpu):
+    problem = Problem(residual((2, 2)), CostModel(cpu, (2, 2)))
+    rng = np.random.RandomState(0)
+    for _ in range(50):
+        x = [int(rng.randint(d)) for d in problem.domain]
+        assert problem.objective(x) == pytest.approx(problem.evaluate(x).step_time, rel=1e-9)
+
+
+def test_search_is_deterministic(cpu):
+    a, b = plan(chain((2, 2), 3), cpu), plan(chain((2, 2), 3), cpu)
+    assert a.signatures() == b.signatures()
+
+
+def test_plan_is_no_worse_than_any_seed(cpu):
+    planner = Planner(chain((4,), 3, width=256, batch=8), cpu)
+    x, starts = planner.search()
+    for name, y in starts.items():
+        assert planner.problem.objective(x) <= planner.problem.objective(y) + 1e-15, name
+
+
+def test_data_parallel_baseline_is_textbook(cpu):
+    g = chain((4,), 2)
+    p = Planner(g, cpu).problem
+    x = baselines.data_parallel(p)
+    assert p.signature("m.0.weight", x)["out"] == (B,)
+    assert p.signature("m.0-matmul-2", x)["out_0"] == (S(0),)
+
+
+def test_megatron_baseline_splits_column_then_row():
+    g = chain((2,), 2, width=64)
+    p = Planner(g, load_cluster("dgx-a100")).problem
+    roles = baselines.megatron_roles(p)
+    assert roles["m.0.weight"] == "column" and roles["m.1.weight"] == "row"
+    assert roles["m.0.bias"] == "bias-column"
+    x = baselines.megatron(p)
+    assert p.signature("m.0.weight", x)["out"] == (S(0),)  # [out, in]: split the output features
+    assert p.signature("m.1.weight", x)["out"] == (S(1),)
+
+
+def test_zero_baseline_shards_every_parameter(cpu):
+    p = Planner(chain((4,), 2), cpu).problem
+    x = baselines.zero(p)
+    assert all(p.signature(n, x)["out"][0].is_split for n in ("m.0.weight", "m.1.weight"))
+
+
+def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
+    """A GPT trained with Adam: a limit below the fastest plan's memory must shard more."""
+    def big():
+        return build_gpt(layers=2, hidden=256, heads=4, seq_len=32, vocab=512, batch=8, mesh=(4,))
+    free = plan(big(), "dgx-a100")
+    lean = Planner(big(), load_cluster("dgx-a100")).min_memory()
+    assert free.predicted.memory_per_device > 1.5 * lean
+    limit = (free.predicted.memory_per_device + lean) / 2
+    tight = plan(big(), "dgx-a100", memory_limit=limit)
+    assert tight.predicted.memory_per_device <= limit
+    assert sum(s != "B" for s in tight.variables.values()) > sum(s != "B" for s in free.variables.values())
+    with pytest.raises(PlanningError, match=r"leanest plan needs 0\.\d+ GiB"):
+        plan(big(), "dgx-a100", memory_limit=lean * 0.9)
+
+
+def test_unknown_op_is_left_to_oneflow_and_named(cpu, caplog):
+    kit = Kit((2,))
+    x = kit.input("x", (8, 16))
+    y = kit.op("m-my_custom_op-1", "my_custom_op", {"in_0": kit.linear("m.fc", x, 16)}, {"out_0": (8, 16)})["out_0"]
+    kit.output("out", kit.linear("m.fc2", y, 4))
+    with caplog.at_level(logging.WARNING):
+        result = plan(kit.graph(), cpu)
+    assert result.unplanned_ops["m-my_custom_op-1"]["type"] == "my_custom_op"
+    assert "my_custom_op" in caplog.text
+    assert "m.fc-matmul-2" in result.ops
