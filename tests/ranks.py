@@ -17,6 +17,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+LAUNCHED_GROUPS = set()  # process groups this interpreter started, checked at the end of the suite
+
+
+def alive_groups():
+    """Those of our launched process groups that still have a live process."""
+    alive = []
+    for pgid in sorted(LAUNCHED_GROUPS):
+        try:
+            os.killpg(pgid, 0)
+            alive.append(pgid)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
 class RankFailure(AssertionError):
     """A rank failed or the run timed out; the message holds the failing rank's stderr."""
 
@@ -69,6 +84,7 @@ def run_on_ranks(target: str, nproc: int, timeout: float = 240, env: Optional[Di
         with open(os.path.join(out_dir, "launcher.log"), "w") as log:
             proc = subprocess.Popen(cmd, cwd=out_dir, env=run_env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
+            LAUNCHED_GROUPS.add(proc.pid)
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

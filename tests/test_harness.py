@@ -1,8 +1,7 @@
 """The rank harness: results per rank, a failing rank's stderr, timeouts that kill every child."""
 import pytest
 
-from conftest import our_launchers
-from ranks import RankFailure
+from ranks import RankFailure, alive_groups
 
 
 @pytest.mark.ranks
@@ -24,4 +23,4 @@ def test_timeout_kills_every_child(ranks):
     with pytest.raises(RankFailure) as err:
         ranks("rank_harness:sleep", 2, timeout=10, seconds=600)
     assert "timed out" in str(err.value)
-    assert our_launchers() == []
+    assert alive_groups() == []

@@ -17,7 +17,6 @@ import sys
 import time
 from typing import Callable, List
 
-import numpy as np
 import oneflow as flow
 
 from ..cost.boxing import MESSAGE_OVERHEAD

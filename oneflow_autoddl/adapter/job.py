@@ -11,7 +11,7 @@ from oneflow.core.common import data_type_pb2
 from oneflow.core.job import job_pb2
 
 from ..ir import Graph, GraphError, Op, Placement, Tensor, assign_roles, module_scope
-from ..sbp import NdSbp, Signature
+from ..sbp import Signature
 from .placement import from_proto
 
 _DTYPES = {
@@ -89,7 +89,7 @@ def _placements(job) -> Dict[str, Placement]:
     return by_op
 
 
-def _native_signatures(job) -> Dict[str, Signature]:
+def signatures_of(job) -> Dict[str, Signature]:
     view = job.job_parallel_view_conf
     sigs: Dict[str, Signature] = {}
     for name, nd_sig in view.op_name2nd_sbp_signature_conf.items():
@@ -145,7 +145,7 @@ def read_job(job) -> Graph:
         raise GraphError("the Job has no logical shapes (helper.lbn2logical_blob_desc is empty): "
                          "pass the Job returned by nn.Graph.build_graph(), not the forward-only job")
     placements = _placements(job)
-    native = _native_signatures(job)
+    native = signatures_of(job)
     tensors: Dict[str, Tensor] = {}
     ops: List[Op] = []
     for op_conf in job.net.op:
@@ -180,8 +180,3 @@ def read_job(job) -> Graph:
     assign_roles(ops, tensors, loss_grad)
     _assign_scopes(ops, tensors)
     return Graph(job.job_conf.job_name, ops, tensors.values())
-
-
-def native_signature(job, op_name: str) -> Dict[str, NdSbp]:
-    """The signature a (compiled) Job holds for one op, as plain n-D SBPs."""
-    return dict(_native_signatures(job).get(op_name, {}))

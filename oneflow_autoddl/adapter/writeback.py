@@ -22,7 +22,7 @@ from ..ir import Graph
 from ..plan import Plan
 from ..rules import candidates
 from ..sbp import Signature, format_nd, format_signature
-from .job import _native_signatures
+from .job import signatures_of
 from .placement import to_proto
 
 
@@ -42,6 +42,11 @@ def check_signatures(graph: Graph, plan: Plan) -> None:
 
 def write_plan(job: job_pb2.Job, plan: Plan) -> job_pb2.Job:
     """A copy of `job` whose SBP confs are the plan's; ops the plan leaves out keep OneFlow's."""
+    return write_signatures(job, plan.signatures())
+
+
+def write_signatures(job: job_pb2.Job, planned: Dict[str, Signature]) -> job_pb2.Job:
+    """A copy of `job` with these ops' signatures written in every place OneFlow reads them."""
     out = job_pb2.Job()
     out.CopyFrom(job)
     view = out.job_parallel_view_conf
@@ -49,7 +54,6 @@ def write_plan(job: job_pb2.Job, plan: Plan) -> job_pb2.Job:
     for group in out.placement.placement_group:
         if len(group.parallel_conf.hierarchy.dim) <= 1:
             one_d_ops.update(group.op_set.op_name)
-    planned = plan.signatures()
     for name, sig in planned.items():
         nd_conf = view.op_name2nd_sbp_signature_conf[name]
         nd_conf.Clear()
@@ -124,7 +128,7 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
 
 def compiled_mismatches(compiled: job_pb2.Job, plan: Plan) -> List[str]:
     """One line per planned op whose compiled signature differs from the plan."""
-    actual: Dict[str, Signature] = _native_signatures(compiled)
+    actual: Dict[str, Signature] = signatures_of(compiled)
     variables = {op.name: list(op.variable_conf.nd_sbp) for op in compiled.net.op if op.HasField("variable_conf")}
     problems = []
     for name, entry in plan.ops.items():

@@ -24,3 +24,9 @@ def learning_rate_schedule(v):
 def ones_like(v):
     """Its n-D infer fn copies `like` from the producer and turns P into B for `out`."""
     return [v.all(S(k)) for k in range(v.ndim("like_0"))] + [{"like_0": P, "out_0": B}]
+
+
+@rule("input_conf", "output_conf", fixed=True)
+def interface(v):
+    """Interface ops take their SBP from their blob conf (the user's input and output tensors)."""
+    return []

@@ -1,0 +1,86 @@
+"""On ranks: write the rules' candidate signatures into traced Jobs and check OneFlow accepts them."""
+import random
+from collections import defaultdict
+
+import oneflow as flow
+
+from oneflow_autoddl.adapter.job import read_job, signatures_of
+from oneflow_autoddl.adapter.writeback import write_signatures
+from oneflow_autoddl.rules import same_sbp_inputs
+from oneflow_autoddl.sbp import format_signature
+from oneflow_autoddl.search.units import build_units, fill_candidates
+
+import rank_models
+
+
+def _pattern(op, sig):
+    return (op.type, format_signature(sig))
+
+
+def _choose(graph, units, tried, rng):
+    """One signature per op: per unit an untried (type, signature) pattern where there is one."""
+    chosen = {}
+    for unit in units:
+        options = list(unit.candidates)
+        head = graph.op(unit.ops[0])
+        for ibn in same_sbp_inputs(head):
+            producer = graph.tensor(head.inputs[ibn])
+            if producer.producer in chosen:
+                want = chosen[producer.producer][producer.obn]
+                options = [c for c in options if c[0][ibn] == want] or options
+        fresh = [c for c in options if _pattern(head, c[0]) not in tried[head.type]]
+        pick = rng.choice(fresh or options)
+        for name, sig in zip(unit.ops, pick):
+            chosen[name] = sig
+    return chosen
+
+
+def accept(model: str, mesh: str, rounds: int, seed: int = 0):
+    """Compile `rounds` Jobs with freshly drawn signatures; report rejections and mismatches."""
+    rng = random.Random(seed)
+    tried = defaultdict(set)
+    compiled_ops, rejected, mismatched = 0, [], []
+    for _ in range(rounds):
+        graph, inputs = rank_models.build(model, mesh)
+        job, _ = graph.build_graph(*inputs)
+        ir = read_job(job)
+        units = build_units(ir)
+        for unit in units:
+            fill_candidates(ir, unit, ir.main_placement(), {})
+        chosen = _choose(ir, units, tried, rng)
+        graph._full_graph_proto = write_signatures(job, chosen)
+        try:
+            graph.finish_complie_and_init_runtime()
+        except Exception as e:  # noqa: BLE001 - every rejection is a finding
+            rejected.append(str(e).splitlines()[0][:300])
+            continue
+        compiled = signatures_of(graph._compiled_graph_proto)
+        for name, sig in chosen.items():
+            op = ir.op(name)
+            if op.role in ("io", "system"):
+                continue
+            tried[op.type].add(_pattern(op, sig))
+            compiled_ops += 1
+            got = compiled.get(name)
+            if got is None or any(got.get(bn) != nd for bn, nd in sig.items()):
+                mismatched.append(f"{name} ({op.type}): wrote {format_signature(sig)}, "
+                                  f"compiled {format_signature(got) if got else 'nothing'}")
+    coverage = {}
+    ir_units = build_units(ir)
+    for unit in ir_units:
+        fill_candidates(ir, unit, ir.main_placement(), {})
+        head = ir.op(unit.ops[0])
+        if unit.fixed is None:
+            coverage.setdefault(head.type, set()).update(_pattern(head, c[0]) for c in unit.candidates)
+    return {"rounds": rounds, "signatures": compiled_ops, "rejected": rejected, "mismatched": mismatched[:20],
+            "types": {t: [len(tried[t]), len(all_)] for t, all_ in coverage.items()}}
+
+
+def trace(model: str, mesh: str, path: str):
+    """Trace (build_graph only) and write the serialized Job to `path` (rank 0)."""
+    graph, inputs = rank_models.build(model, mesh)
+    job, _ = graph.build_graph(*inputs)
+    if flow.env.get_rank() == 0:
+        with open(path, "wb") as f:
+            f.write(job.SerializeToString())
+    return {"ops": len(job.net.op)}
