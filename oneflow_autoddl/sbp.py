@@ -6,7 +6,7 @@ blob name of an op (`a_0`, `out_0`, ...) to the n-D SBP it takes there. Everythi
 plain data: hashable, ordered, and cheap to compare, because the search compares millions.
 """
 import re
-from typing import Dict, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 
 class Sbp(NamedTuple):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..cost.model import INFEASIBLE, CostModel, Transfer
 from ..rules import same_sbp_inputs
-from ..ir import Graph, Op, Tensor
+from ..ir import Graph, Tensor
 from ..sbp import NdSbp, Signature
 from .eliminate import Factor
 from .ties import tie_ops
