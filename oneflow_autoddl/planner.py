@@ -1,12 +1,13 @@
 """plan(graph, cluster): the search end to end, and the Plan it returns.
 
 Seeds (data parallel, Megatron-style, ZeRO-style, everything replicated, OneFlow's own
-choice when the graph came from a Job) each go through coordinate descent; the cheapest
-result within the memory limit wins. When the fastest plans do not fit, a memory
+choice when the graph came from a Job) each get one sweep of coordinate descent; the two
+best then descend to convergence, and the cheapest result within the memory limit wins. When the fastest plans do not fit, a memory
 penalty is raised until one does; when no plan can fit, the error says how much memory
 the leanest plan needs.
 """
 import logging
+import math
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -27,6 +28,7 @@ from .search.units import PlanningError
 log = logging.getLogger(__name__)
 
 PENALTY_ROUNDS = 12
+FINALISTS = 2
 
 
 def _gib(x: float) -> str:
@@ -58,9 +60,11 @@ class Planner:
         return float(sum(m.min() for m in self.problem.memory))
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
+        """One sweep from every seed, then descent to convergence from the best FINALISTS."""
         d = Descent(self.problem, memory_weight=weight)
-        results = [d.run(x) for x in starts]
-        return min(results, key=lambda x: self.problem.objective(x, weight))
+        cost = lambda x: self.problem.objective(x, weight)  # noqa: E731
+        swept = sorted((d.run(x, max_sweeps=1) for x in starts), key=cost)
+        return min((d.run(x) for x in swept[:FINALISTS]), key=cost)
 
     def search(self, memory_limit: Optional[float] = None) -> Tuple[List[int], Dict[str, List[int]]]:
         """(best assignment, baseline assignments)."""
@@ -151,7 +155,8 @@ def plan(graph: Graph, cluster, memory_limit: Optional[float] = None, hold: Opti
          tie: bool = True, ranks_per_node: Optional[int] = None, strategy: str = "autoddl") -> Plan:
     """Plan `graph` on its mesh for `cluster` (a Cluster, a preset name or a JSON path).
 
-    `hold` names ops that keep the signature OneFlow gave them, with the reason.
+    `memory_limit` is bytes per device, the cluster's device memory by default (math.inf:
+    no limit). `hold` names ops that keep the signature OneFlow gave them, with the reason.
     `strategy` "autoddl" searches; a baseline name (data_parallel, megatron, zero) returns
     that expert plan as is, for comparisons on real ranks.
     """
@@ -161,8 +166,10 @@ def plan(graph: Graph, cluster, memory_limit: Optional[float] = None, hold: Opti
         cluster = load_cluster(cluster)
     start = time.perf_counter()
     planner = Planner(graph, cluster, hold=hold, tie=tie, ranks_per_node=ranks_per_node)
+    if memory_limit is None:
+        memory_limit = cluster.memory_bytes
     if strategy == "autoddl":
-        x, starts = planner.search(memory_limit)
+        x, starts = planner.search(None if math.isinf(memory_limit) else memory_limit)
     else:
         starts = seeds(planner.problem)
         x = starts[strategy]

@@ -1,4 +1,5 @@
 """On ranks: write the rules' candidate signatures into traced Jobs and check OneFlow accepts them."""
+import base64
 import random
 from collections import defaultdict
 
@@ -6,6 +7,8 @@ import oneflow as flow
 
 from oneflow_autoddl.adapter.job import read_job, signatures_of
 from oneflow_autoddl.adapter.writeback import write_signatures
+from oneflow_autoddl.cost.cluster import load_cluster
+from oneflow_autoddl.cost.model import INFEASIBLE, CostModel
 from oneflow_autoddl.rules import same_sbp_inputs
 from oneflow_autoddl.sbp import format_signature
 from oneflow_autoddl.search.units import build_units, fill_candidates
@@ -17,17 +20,37 @@ def _pattern(op, sig):
     return (op.type, format_signature(sig))
 
 
+def _feasible(graph, model, unit, joint, chosen):
+    """No edge to an op already chosen needs a boxing OneFlow's CPU builders lack (it would
+    hang the other ranks); a same-SBP input must see its producer's SBP unchanged."""
+    mine = dict(zip(unit.ops, joint))
+    for name, sig in mine.items():
+        op = graph.op(name)
+        for ibn, lbn in op.inputs.items():
+            t = graph.tensor(lbn)
+            src = mine.get(t.producer) or chosen.get(t.producer)
+            if src is None or graph.op(t.producer).placement != op.placement:
+                continue
+            if ibn in same_sbp_inputs(op) and src[t.obn] != sig[ibn]:
+                return False
+            if model.transfer(src[t.obn], sig[ibn], t.shape, t.dtype).time >= INFEASIBLE:
+                return False
+        for obn, lbn in op.outputs.items():
+            for consumer, ibn in graph.tensor(lbn).consumers:
+                dst = chosen.get(consumer)
+                if dst is not None and graph.op(consumer).placement == op.placement and \
+                        model.transfer(sig[obn], dst[ibn], graph.tensor(lbn).shape, graph.tensor(lbn).dtype).time >= INFEASIBLE:
+                    return False
+    return True
+
+
 def _choose(graph, units, tried, rng):
     """One signature per op: per unit an untried (type, signature) pattern where there is one."""
+    model = CostModel(load_cluster("cpu-local"), graph.main_placement().hierarchy)
     chosen = {}
     for unit in units:
-        options = list(unit.candidates)
         head = graph.op(unit.ops[0])
-        for ibn in same_sbp_inputs(head):
-            producer = graph.tensor(head.inputs[ibn])
-            if producer.producer in chosen:
-                want = chosen[producer.producer][producer.obn]
-                options = [c for c in options if c[0][ibn] == want] or options
+        options = [c for c in unit.candidates if _feasible(graph, model, unit, c, chosen)] or list(unit.candidates)
         fresh = [c for c in options if _pattern(head, c[0]) not in tried[head.type]]
         pick = rng.choice(fresh or options)
         for name, sig in zip(unit.ops, pick):
@@ -35,14 +58,21 @@ def _choose(graph, units, tried, rng):
     return chosen
 
 
+def accept_all(models, mesh: str, rounds: int):
+    """`accept` for several models in one launch; the first traced Job of each comes back too."""
+    return {model: accept(model, mesh, rounds) for model in models}
+
+
 def accept(model: str, mesh: str, rounds: int, seed: int = 0):
     """Compile `rounds` Jobs with freshly drawn signatures; report rejections and mismatches."""
     rng = random.Random(seed)
+    first_job = None
     tried = defaultdict(set)
     compiled_ops, rejected, mismatched = 0, [], []
     for _ in range(rounds):
         graph, inputs = rank_models.build(model, mesh)
         job, _ = graph.build_graph(*inputs)
+        first_job = first_job or base64.b64encode(job.SerializeToString()).decode()
         ir = read_job(job)
         units = build_units(ir)
         for unit in units:
@@ -73,14 +103,6 @@ def accept(model: str, mesh: str, rounds: int, seed: int = 0):
         if unit.fixed is None:
             coverage.setdefault(head.type, set()).update(_pattern(head, c[0]) for c in unit.candidates)
     return {"rounds": rounds, "signatures": compiled_ops, "rejected": rejected, "mismatched": mismatched[:20],
-            "types": {t: [len(tried[t]), len(all_)] for t, all_ in coverage.items()}}
+            "types": {t: [len(tried[t]), len(all_)] for t, all_ in coverage.items()},
+            "job": first_job if flow.env.get_rank() == 0 else None}
 
-
-def trace(model: str, mesh: str, path: str):
-    """Trace (build_graph only) and write the serialized Job to `path` (rank 0)."""
-    graph, inputs = rank_models.build(model, mesh)
-    job, _ = graph.build_graph(*inputs)
-    if flow.env.get_rank() == 0:
-        with open(path, "wb") as f:
-            f.write(job.SerializeToString())
-    return {"ops": len(job.net.op)}

@@ -9,6 +9,7 @@ at "autoddl"), the first compile
   4. reads the compiled Job and the parameters back and checks them against the plan.
 Every way out of the plan is a warning that says which op and why.
 """
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -125,6 +126,34 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
                      ranks_per_node=settings.ranks_per_node, strategy=settings.planner)
 
 
+def _on_rank0(fn):
+    """fn() on rank 0 only, its JSON-able result (or its error, re-raised) on every rank.
+
+    Every rank must write the same plan into its Job; planning once and broadcasting
+    guarantees that, and spares the other ranks' CPUs the search.
+    """
+    if flow.env.get_world_size() == 1:
+        return fn()
+    payload = b""
+    if flow.env.get_rank() == 0:
+        try:
+            payload = json.dumps({"ok": fn()}).encode()
+        except Exception as e:  # shipped to the other ranks, raised on all
+            payload = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+    size = flow.tensor([len(payload)], dtype=flow.int64)
+    flow.comm.broadcast(size, 0)
+    data = flow.tensor(list(payload) if payload else [0] * int(size.item()), dtype=flow.uint8)
+    flow.comm.broadcast(data, 0)
+    message = json.loads(bytes(data.numpy().tolist()).decode())
+    if "error" in message:
+        raise PlanningFailed(message["error"])
+    return message["ok"]
+
+
+class PlanningFailed(RuntimeError):
+    """Planning failed on rank 0; every rank falls back together."""
+
+
 def _fallback(graph, reason: str) -> None:
     log.warning("AutoDDL: %s; graph %s is compiled with OneFlow's own SBP inference instead", reason, graph.name)
     graph._autoddl_plan = None
@@ -161,7 +190,8 @@ def _compile(self, *args, **kwargs):
     job = self._full_graph_proto
     started = time.perf_counter()
     try:
-        plan = _obtain_plan(self, read_job(job), settings)
+        ir = read_job(job)
+        plan = Plan.from_json(_on_rank0(lambda: _obtain_plan(self, ir, settings).to_json()))
         planned = write_plan(job, plan)
     except Exception as e:  # a plan we cannot make must never stop training
         _fallback(self, f"planning failed ({type(e).__name__}: {e})")

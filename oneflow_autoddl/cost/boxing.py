@@ -153,16 +153,23 @@ def oneflow_lazy_cost(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: S
 
 def _direct_cost(src: NdSbp, dst: NdSbp, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks],
                  axis_cost: AxisCost) -> Transfer:
-    """A transition OneFlow performs in one go: a 1-D move on one (possibly merged) mesh axis."""
+    """One hop: a 1-D move on each (possibly merged) mesh axis that changes, last axis first.
+
+    OneFlow does a hop with one changing axis as that 1-D move in every group; a hop that
+    changes both axes only exists on CUDA (NCCL send/recv), costed as the two moves in turn.
+    """
     hierarchy = [a.size for a in axes]
     numel = math.prod(shape)
-    moving = [(n, ds, a, b) for n, ds, a, b in reduce_pair(src, dst, hierarchy, shape) if a != b]
-    if not moving:
-        return FREE
-    (n, ds, a, b), = moving
-    share = math.prod(hierarchy[k] for k, s in enumerate(src) if k not in ds and s.is_split)
-    link = min((axes[d].link for d in ds), key=lambda l: l.bandwidth)
-    return axis_cost(a, b, nbytes / share, numel / share, n, link)
+    state, total = list(src), FREE
+    for n, ds, a, b in reversed(reduce_pair(src, dst, hierarchy, shape)):
+        if a == b:
+            continue
+        share = math.prod(hierarchy[k] for k, s in enumerate(state) if k not in ds and s.is_split)
+        link = min((axes[d].link for d in ds), key=lambda l: l.bandwidth)
+        total = total + axis_cost(a, b, nbytes / share, numel / share, n, link)
+        for d in ds:
+            state[d] = b
+    return total
 
 
 def collector_paths(costs: np.ndarray, max_middle: int) -> Dict[Tuple[int, int], List[List[int]]]:
@@ -217,6 +224,32 @@ def _virtual_table(world: int):
     return _VIRTUAL[world]
 
 
+def _all_same_split(nd: NdSbp) -> bool:
+    return len(set(nd)) == 1 and nd[0].is_split
+
+
+def cpu_hop_supported(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int]) -> bool:
+    """Whether OneFlow 0.9.0 has a CPU boxing builder for this one hop.
+
+    Its dispatcher (hierarchical_sub_task_graph_builder_impl.cpp) sends a hop that reduces to
+    1-D to the flat builders, which handle everything; on 2-D it takes the intra-group builder
+    when axis 0 agrees, the inter-group one when only axis 0 differs and neither side is an
+    all-same split; anything else goes to the NCCL send/recv builder, which fails on CPU
+    ("Partial SBP in the consumer or not running on CUDA"). Both group builders floor uneven
+    pieces and fail to compile on them (slice_boxing_op.cpp:107, seen here). Compile errors of
+    this stage happen on rank 0 only, where the plan is compiled, and leave the other ranks
+    waiting forever: a plan must never need such a hop.
+    """
+    axes = reduce_pair(src, dst, hierarchy, shape)
+    if len(axes) <= 1:
+        return True
+    if len(axes) != 2 or len(hierarchy) != 2:
+        return False
+    intra = src[0] == dst[0]
+    inter = src[1] == dst[1] and not (_all_same_split(src) or _all_same_split(dst))
+    return (intra or inter) and evenly_split(shape, src, hierarchy) and evenly_split(shape, dst, hierarchy)
+
+
 class TransitionTable:
     """Every transition between the SBPs one tensor can hold on the mesh, priced per hop.
 
@@ -225,8 +258,10 @@ class TransitionTable:
     cheapest by its formula, least storage on the real shape) and costs the sum of its hops.
     """
 
-    def __init__(self, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks], axis_cost: AxisCost):
+    def __init__(self, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks], axis_cost: AxisCost,
+                 cpu_builders: bool = False):
         self.shape, self.nbytes, self.axes, self.axis_cost = tuple(shape), nbytes, tuple(axes), axis_cost
+        self.cpu_builders = cpu_builders
         self.hierarchy = tuple(a.size for a in axes)
         alphabet = [B, P] + [S(i) for i in range(len(shape))]
         self.states = [st for st in itertools.product(alphabet, repeat=len(axes))
@@ -241,7 +276,8 @@ class TransitionTable:
     def _storage(self, middle: Sequence[NdSbp]) -> float:
         total = 0.0
         for st in middle:
-            local = local_shape(self.shape, st, self.hierarchy) if st in self.index else None
+            # OneFlow's Storage4NdSbp: floored splits, so a middle node may split unevenly
+            local = local_shape(self.shape, st, self.hierarchy)
             if local is None:
                 return INF
             total += math.prod(local)
@@ -286,6 +322,9 @@ class TransitionTable:
     def cost(self, src: NdSbp, dst: NdSbp) -> Optional[Transfer]:
         path = self.path(src, dst)
         if path is None:
+            return None
+        if self.cpu_builders and not all(cpu_hop_supported(a, b, self.hierarchy, self.shape)
+                                         for a, b in zip(path, path[1:])):
             return None
         total = FREE
         for a, b in zip(path, path[1:]):

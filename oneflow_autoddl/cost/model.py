@@ -36,7 +36,8 @@ class CostModel:
         table = self._tables.get(key)
         if table is None:
             nbytes = math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
-            table = self._tables[key] = TransitionTable(tuple(shape), nbytes, self.mapping.axes, self.axis_cost)
+            table = self._tables[key] = TransitionTable(tuple(shape), nbytes, self.mapping.axes, self.axis_cost,
+                                                        cpu_builders=self.cluster.backend == "oneflow-cpu")
         return table
 
     def transfer(self, src: NdSbp, dst: NdSbp, shape: Sequence[int], dtype: str) -> Transfer:

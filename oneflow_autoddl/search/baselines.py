@@ -8,6 +8,8 @@ search and the yardsticks of the report.
 from typing import Callable, Dict, List, Optional, Set
 
 
+import numpy as np
+
 from ..ir import Op
 from ..sbp import B, NdSbp, S
 from .eliminate import condition
@@ -33,7 +35,8 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
     inputs: Dict[int, list] = {}
     for ends in problem.ends:
         for c in ends.consumers:
-            inputs.setdefault(c.var, []).append((c, ends.producer))
+            if c.var != ends.producer.var:
+                inputs.setdefault(c.var, []).append((problem.sbp_ids(c), ends.producer.var, problem.sbp_ids(ends.producer)))
     assigned: Dict[int, int] = {v: next(iter(ks)) for v, ks in pins.items() if len(ks) == 1}
     for v in _order(problem):
         if v in assigned and len(pins.get(v, ())) == 1:
@@ -45,8 +48,10 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
             c = condition(f.vars, f.table, {u for u in f.vars if u == v or u not in assigned}, assigned)
             others = tuple(i for i, u in enumerate(c.vars) if u != v)
             score = score + (c.table.min(axis=others) if others else c.table)[allowed]
-        kept = [sum(problem.sbp_at(c, k) == problem.sbp_at(p, assigned[p.var])
-                    for c, p in inputs.get(v, []) if p.var in assigned and p.var != v) for k in allowed]
+        kept = np.zeros(len(allowed))
+        for mine, pv, theirs in inputs.get(v, []):
+            if pv in assigned:
+                kept += mine[allowed] == theirs[assigned[pv]]
         best = min(range(len(allowed)), key=lambda i: (-kept[i], score[i], i))
         assigned[v] = allowed[best]
     return [assigned[v] for v in range(len(problem.var_units))]
@@ -192,8 +197,12 @@ def replicated(problem: Problem) -> List[int]:
 
 
 def native(problem: Problem) -> Optional[List[int]]:
-    """OneFlow's own choice as read from the Job (None if it is not one of our candidates)."""
-    return problem.assignment_of({name: op.native for name, op in problem.graph.ops.items() if op.native})
+    """OneFlow's own choice as read from the Job (None for graphs not read from a Job, or if it
+    is not one of our candidates)."""
+    ops = problem.graph.ops.values()
+    if any(op.native is None for op in ops if op.role != "io"):
+        return None
+    return problem.assignment_of({op.name: op.native for op in ops})
 
 
 BASELINES = {"data_parallel": data_parallel, "megatron": megatron, "zero": zero}

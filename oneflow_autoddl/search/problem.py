@@ -69,6 +69,8 @@ class Problem:
         self.units: List[Unit] = build_units(graph)
         self.unit_of: Dict[str, Tuple[int, int]] = {
             name: (u, pos) for u, unit in enumerate(self.units) for pos, name in enumerate(unit.ops)}
+        self._sbp_vocab: Dict[NdSbp, int] = {}
+        self._sbp_ids: Dict[tuple, np.ndarray] = {}
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
@@ -112,16 +114,23 @@ class Problem:
 
     # -- unary: compute time and memory ------------------------------------------------------
     def _make_unary(self) -> None:
-        self.compute = [np.zeros(d) for d in self.domain]
-        self.memory = [np.zeros(d) for d in self.domain]
-        for v, members in enumerate(self.var_units):
-            for u in members:
-                unit = self.units[u]
-                for k, joint in enumerate(unit.candidates):
-                    for name, sig in zip(unit.ops, joint):
-                        op = self.graph.op(name)
-                        self.compute[v][k] += self.model.op_time(self.graph, op, sig)
-                        self.memory[v][k] += self.model.op_memory(self.graph, op, sig)
+        """Compute time and memory per candidate, costed once per class on its first unit.
+
+        Tied units have the same types, shapes and attributes, so the same costs: a 96-layer
+        model costs one layer's worth of cost-model calls here.
+        """
+        self.unit_compute: List[np.ndarray] = []  # var -> [candidate, op position] seconds
+        self.compute, self.memory = [], []
+        for members in self.var_units:
+            unit = self.units[members[0]]
+            ops = [self.graph.op(name) for name in unit.ops]
+            times = np.array([[self.model.op_time(self.graph, op, sig) for op, sig in zip(ops, joint)]
+                              for joint in unit.candidates])
+            mem = np.array([sum(self.model.op_memory(self.graph, op, sig) for op, sig in zip(ops, joint))
+                            for joint in unit.candidates])
+            self.unit_compute.append(times)
+            self.compute.append(times.sum(axis=1) * len(members))
+            self.memory.append(mem * len(members))
 
     # -- tensors and factors -----------------------------------------------------------------
     def _endpoint(self, op_name: str, bn: str) -> Endpoint:
@@ -139,6 +148,16 @@ class Problem:
                 else:
                     remote += 1
             self.ends.append(TensorEnds(t, self._endpoint(t.producer, t.obn), local, remote))
+
+    def sbp_ids(self, e: Endpoint) -> np.ndarray:
+        """Candidate index -> an id of the SBP endpoint e's blob takes (equal ids, equal SBPs)."""
+        key = (e.var, e.pos, e.bn)
+        ids = self._sbp_ids.get(key)
+        if ids is None:
+            ids = np.array([self._sbp_vocab.setdefault(self.sbp_at(e, k), len(self._sbp_vocab))
+                            for k in range(self.domain[e.var])])
+            self._sbp_ids[key] = ids
+        return ids
 
     def sbp_at(self, e: Endpoint, k: int) -> NdSbp:
         """The SBP endpoint e's blob takes when its variable picks candidate k."""
@@ -217,8 +236,10 @@ class Problem:
     def evaluate(self, x: Sequence[int]) -> Breakdown:
         """Exact step time, bytes and memory per device of assignment `x`."""
         b = Breakdown(0.0, 0.0, 0.0, 0.0, self.memory_of(x))
-        for name, op in self.graph.ops.items():
-            t = self.model.op_time(self.graph, op, self.signature(name, x))
+        for name in self.graph.ops:
+            u, pos = self.unit_of[name]
+            v = self.var_of_unit[u]
+            t = float(self.unit_compute[v][x[v], pos])
             b.op_compute[name] = t
             b.compute_time += t
         for ends in self.ends:

@@ -1,0 +1,120 @@
+"""On ranks: train the examples' models with and without the plugin and report what ran."""
+import json
+import logging
+import os
+
+import oneflow as flow
+
+import oneflow_autoddl
+from oneflow_autoddl.adapter import hook
+from oneflow_autoddl.adapter.job import read_job
+from oneflow_autoddl.adapter.writeback import compiled_mismatches
+from oneflow_autoddl.planner import describe
+from oneflow_autoddl.sbp import parse_nd
+
+import rank_models
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def _train(graph, inputs, steps):
+    return [float(graph(*inputs).numpy()) for _ in range(steps)]
+
+
+def _report(graph, losses):
+    plan = oneflow_autoddl.plan_of(graph)
+    out = {"losses": losses, "fallback": getattr(graph, "_autoddl_fallback", None), "plan": None}
+    if plan is not None:
+        out["plan"] = {"split": sorted(n for n, s in plan.variables.items() if any(x.kind != "B" for x in parse_nd(s))),
+                       "ops": len(plan.ops), "mismatches": compiled_mismatches(graph._compiled_graph_proto, plan),
+                       "notes": plan.notes, "variables": plan.variables}
+    return out
+
+
+def compare(cases, mesh: str, steps: int = 5, cluster: str = "cpu-local", memory_fraction: float = 0.75):
+    """For each (model, optimizer, planner): data parallel losses, then the plugin's.
+
+    The plugin gets `memory_fraction` of what data parallel holds per device, so that its
+    plan must shard some parameters and differs from data parallel for sure.
+    """
+    records = _Records()
+    logging.getLogger("oneflow_autoddl").addHandler(records)
+    results = []
+    for model, optimizer, planner in cases:
+        graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
+        dp = _train(graph, inputs, steps)
+        held = describe(read_job(graph._full_graph_proto), cluster).predicted.memory_per_device
+        graph, inputs = rank_models.build(model, mesh, plan=planner, optimizer=optimizer, cluster=cluster,
+                                          memory_per_device=held * memory_fraction)
+        results.append({"case": [model, optimizer, planner], "dp": dp, **_report(graph, _train(graph, inputs, steps))})
+    return {"results": results, "warnings": records.lines}
+
+
+def _saved_plan_with(victim_type: str, signature):
+    graph, inputs = rank_models.build("gpt", "2", plan="autoddl")
+    good = _train(graph, inputs, 3)
+    plan = oneflow_autoddl.plan_of(graph).to_json()
+    victim = next(n for n, e in plan["ops"].items() if e["type"] == victim_type)
+    plan["ops"][victim]["signature"] = signature
+    path = f"/tmp/autoddl-bad-plan-{os.getpid()}.json"
+    with open(path, "w") as f:
+        json.dump(plan, f)
+    return good, victim, path
+
+
+def fallbacks():
+    """Saved plans that cannot run: refused by our check, and (check bypassed) by OneFlow itself.
+    Then a train and an eval graph sharing one module."""
+    records = _Records()
+    logging.getLogger("oneflow_autoddl").addHandler(records)
+    bad = {"a_0": "S(0)", "b_0": "S(0)", "out_0": "S(0)"}  # no such broadcast_matmul signature
+    out = {}
+    for name, bypass in (("ours", False), ("oneflow", True)):
+        good, victim, path = _saved_plan_with("broadcast_matmul", bad)
+        saved = hook.check_signatures
+        if bypass:
+            hook.check_signatures = lambda ir, plan: None
+        try:
+            graph, inputs = rank_models.build("gpt", "2", plan="autoddl", load_plan=path)
+            losses = _train(graph, inputs, 3)
+        finally:
+            hook.check_signatures = saved
+        os.remove(path)
+        out[name] = {"good": good, "losses": losses, "victim": victim, "plan": oneflow_autoddl.plan_of(graph) is not None,
+                     "fallback": getattr(graph, "_autoddl_fallback", None)}
+    out["warnings"] = records.lines
+    out["shared"] = _shared_module()
+    return out
+
+
+def _shared_module(steps: int = 3):
+    """Train then eval on one module, once with the plugin on both graphs and once data parallel."""
+    results = {}
+    for plan in ("dp", "autoddl"):
+        train, inputs = rank_models.build("gpt", "2", plan=plan)
+        model, loss_fn = train.model.to(flow.nn.Module), train.loss_fn.to(flow.nn.Module)
+
+        class Eval(flow.nn.Graph):
+            def __init__(self):
+                super().__init__()
+                self.model, self.loss_fn = model, loss_fn
+                if plan == "autoddl":
+                    self.config.enable_auto_parallel(True)
+                    self.config.enable_auto_parallel_ignore_user_sbp_config(True)
+
+            def build(self, x, y):
+                return self.loss_fn(self.model(x), y)
+
+        losses = _train(train, inputs, steps)
+        evaluate = Eval()
+        results[plan] = {"train": losses, "eval": [float(evaluate(*inputs).numpy()) for _ in range(2)],
+                         "train_after": _train(train, inputs, 1),
+                         "eval_plan": oneflow_autoddl.plan_of(evaluate) is not None if plan == "autoddl" else None}
+    return results

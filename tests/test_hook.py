@@ -1,0 +1,72 @@
+"""graph.config.enable_auto_parallel(True) on real ranks: same losses as data parallel, the plan
+compiled as planned, fallbacks that name the op, OneFlow's planner on request."""
+import numpy as np
+import pytest
+
+CASES = [["gpt", "sgd", "autoddl"], ["gpt", "adam", "autoddl"], ["vgg", "sgd", "autoddl"],
+         ["vgg", "adam", "autoddl"], ["gpt", "adam", "native"]]
+
+
+@pytest.fixture(scope="module", params=[("2", 2), ("2x2", 4)], ids=["mesh2", "mesh2x2"])
+def runs(request, ranks):
+    mesh, nproc = request.param
+    return mesh, ranks("rank_hook:compare", nproc, timeout=900, cases=CASES, mesh=mesh)[0]
+
+
+@pytest.mark.ranks
+def test_plugin_losses_equal_data_parallel(runs):
+    mesh, out = runs
+    for r in out["results"]:
+        np.testing.assert_allclose(r["losses"], r["dp"], rtol=1e-4, err_msg=str(r["case"]))
+        assert r["fallback"] is None, r
+
+
+@pytest.mark.ranks
+def test_plans_differ_from_data_parallel(runs):
+    """At least one parameter split in each AutoDDL plan, so equal losses say something."""
+    mesh, out = runs
+    for r in out["results"]:
+        if r["case"][2] == "autoddl":
+            assert r["plan"]["split"], r["case"]
+
+
+@pytest.mark.ranks
+def test_compiled_job_agrees_with_every_planned_op(runs):
+    mesh, out = runs
+    for r in out["results"]:
+        if r["case"][2] == "autoddl":
+            assert r["plan"]["ops"] > 100
+            assert r["plan"]["mismatches"] == [], r["case"]
+            assert not any("differs" in n for n in r["plan"]["notes"])
+
+
+@pytest.mark.ranks
+def test_native_planner_chosen_per_graph(runs):
+    mesh, out = runs
+    native = [r for r in out["results"] if r["case"][2] == "native"]
+    assert native and native[0]["plan"] is None  # OneFlow's own pass ran; no AutoDDL plan
+
+
+@pytest.fixture(scope="module")
+def fallbacks(ranks):
+    return ranks("rank_hook:fallbacks", 2, timeout=600)[0]
+
+
+@pytest.mark.ranks
+@pytest.mark.parametrize("who", ["ours", "oneflow"])
+def test_invalid_saved_plan_falls_back_naming_the_op(fallbacks, who):
+    """Refused by our check, or (check bypassed) rejected by OneFlow: OneFlow's own inference runs."""
+    r = fallbacks[who]
+    assert r["victim"] in r["fallback"]
+    assert any(r["victim"] in w for w in fallbacks["warnings"])
+    assert r["plan"] is False
+    np.testing.assert_allclose(r["losses"], r["good"], rtol=1e-4)
+
+
+@pytest.mark.ranks
+def test_train_and_eval_graphs_share_one_module(fallbacks):
+    shared = fallbacks["shared"]
+    dp, auto = shared["dp"], shared["autoddl"]
+    assert auto["eval_plan"]
+    for key in ("train", "eval", "train_after"):
+        np.testing.assert_allclose(auto[key], dp[key], rtol=1e-4, err_msg=key)
