@@ -56,6 +56,7 @@ class Plan:
     predicted: Predicted
     baselines: Dict[str, Predicted] = field(default_factory=dict)
     lower_bound_bytes: Optional[float] = None
+    memory_limit_bytes: Optional[float] = None
     search_time_s: float = 0.0
     notes: List[str] = field(default_factory=list)
 

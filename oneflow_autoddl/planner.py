@@ -27,7 +27,8 @@ from .search.units import PlanningError
 
 log = logging.getLogger(__name__)
 
-PENALTY_ROUNDS = 12
+PENALTY_ROUNDS = 12  # memory price x8 a round until the plan fits
+BISECTIONS = 4  # then halve the interval back towards the cheapest price that fits
 FINALISTS = 2
 
 
@@ -88,14 +89,14 @@ class Planner:
         scale = max(p.objective(best), 1e-12) / max(p.memory_of(best), 1.0)
         lo, hi, fit = 0.0, scale, None
         for _ in range(PENALTY_ROUNDS):
-            x = self._descend([best, lean] + list(starts.values()), hi)
+            x = self._descend([best, lean], hi)
             if p.memory_of(x) <= limit:
                 fit = x
                 break
             lo, hi = hi, hi * 8
         if fit is None:
             fit = lean
-        for _ in range(PENALTY_ROUNDS // 2):
+        for _ in range(BISECTIONS):
             mid = (lo + hi) / 2
             x = self._descend([fit, best], mid)
             if p.memory_of(x) <= limit:
@@ -175,6 +176,7 @@ def plan(graph: Graph, cluster, memory_limit: Optional[float] = None, hold: Opti
         x = starts[strategy]
     elapsed = time.perf_counter() - start
     result = planner.to_plan(x, starts, elapsed)
+    result.memory_limit_bytes = None if math.isinf(memory_limit) else memory_limit
     for note in result.notes:
         log.warning(note)
     return result

@@ -1,6 +1,10 @@
 """Readable reports of a Plan: the summary logged at compile, SBP tables, the comparison.
 
 Tables are rendered with tabulate; times in ms, sizes in MiB, SBP as OneFlow prints it.
+"fits" compares memory per device with the plan's limit (the cluster's device memory by
+default). "bytes / matmul bound" divides bytes sent per device by the sum over matmuls of
+their communication lower bounds (cost.bounds): a yardstick per matmul, which a plan can
+undercut by sharing one transfer among several matmuls or by replicating work.
 """
 from typing import List, Optional
 
@@ -27,8 +31,10 @@ def comparison_rows(plan: Plan) -> List[List[str]]:
     rows = []
     entries = [("autoddl", plan.predicted)] + list(plan.baselines.items())
     dp = plan.baselines.get("data_parallel")
+    limit = plan.memory_limit_bytes
     for name, p in entries:
-        row = [name, _ms(p.step_time_s), _ms(p.comm_time_s), _mib(p.bytes_per_device), _mib(p.memory_per_device)]
+        fits = "-" if limit is None else ("yes" if p.memory_per_device <= limit else "no")
+        row = [name, _ms(p.step_time_s), _ms(p.comm_time_s), _mib(p.bytes_per_device), _mib(p.memory_per_device), fits]
         row.append(_ratio(p.step_time_s, dp.step_time_s) if dp else "-")
         row.append(_ratio(p.bytes_per_device, plan.lower_bound_bytes) if plan.lower_bound_bytes else "-")
         rows.append(row)
@@ -36,8 +42,8 @@ def comparison_rows(plan: Plan) -> List[List[str]]:
 
 
 def comparison_table(plan: Plan) -> str:
-    headers = ["plan", "step ms", "comm ms", "MiB sent/device", "MiB memory/device", "time / DP",
-               "bytes / bound"]
+    headers = ["plan", "step ms", "comm ms", "MiB sent/device", "MiB memory/device", "fits", "time / DP",
+               "bytes / matmul bound"]
     return tabulate(comparison_rows(plan), headers=headers, tablefmt="github")
 
 

@@ -2,6 +2,7 @@
 import json
 import logging
 import os
+import time
 
 import oneflow as flow
 
@@ -48,12 +49,15 @@ def compare(cases, mesh: str, steps: int = 5, cluster: str = "cpu-local", memory
     logging.getLogger("oneflow_autoddl").addHandler(records)
     results = []
     for model, optimizer, planner in cases:
+        start = time.perf_counter()
         graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
         dp = _train(graph, inputs, steps)
+        dp_seconds = time.perf_counter() - start
         held = describe(read_job(graph._full_graph_proto), cluster).predicted.memory_per_device
         graph, inputs = rank_models.build(model, mesh, plan=planner, optimizer=optimizer, cluster=cluster,
                                           memory_per_device=held * memory_fraction)
-        results.append({"case": [model, optimizer, planner], "dp": dp, **_report(graph, _train(graph, inputs, steps))})
+        results.append({"case": [model, optimizer, planner], "dp": dp, **_report(graph, _train(graph, inputs, steps)),
+                        "seconds": [dp_seconds, time.perf_counter() - start - dp_seconds]})
     return {"results": results, "warnings": records.lines}
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from oneflow_autoddl.ir import Graph, Placement, module_scope
 from oneflow_autoddl.models import build, build_gpt, build_vgg
+from oneflow_autoddl.sbp import B, S, Signature
 from oneflow_autoddl.search.ties import tie_ops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +67,8 @@ def test_gpt3_175b_shapes_names_placements(gpt3):
     assert gpt3.op("model.h.95.attn.q.weight_optimizer").type == "adam_update"
     assert any(re.fullmatch(r"model\.h\.5\.attn-batch_matmul-\d+", name) for name in gpt3.ops)
     for op in gpt3.ops.values():
-        assert op.native is None
+        # inputs arrive data parallel: the batch of 1536 splits over mesh axis 0, not then over 8
+        assert op.native == (Signature({"out": (S(0), B)}) if op.type == "input_conf" else None), op.name
         if not op.name.endswith(("-m", "-v")):
             assert op.scope == module_scope(op.name), op.name
     main = Placement("cuda", tuple(range(1024)), (128, 8))

@@ -65,6 +65,15 @@ def test_planner_imports_without_oneflow():
     """The planner (IR, SBP, rules, cost, search, report) never imports OneFlow."""
     code = ("import sys; sys.modules['oneflow'] = None\n"
             "import oneflow_autoddl, oneflow_autoddl.planner, oneflow_autoddl.report, oneflow_autoddl.cli\n"
-            "assert oneflow_autoddl.plan_of is None\n"
+            "import oneflow_autoddl.models, oneflow_autoddl.remesh\n"
             "assert not any(m == 'oneflow' or m.startswith('oneflow.') for m in sys.modules if sys.modules[m])\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("order", ["oneflow first", "plugin first"])
+def test_hook_installs_in_either_import_order(order):
+    first, second = ("oneflow", "oneflow_autoddl") if order == "oneflow first" else ("oneflow_autoddl", "oneflow")
+    code = (f"import {first}, {second}\nimport oneflow as flow\n"
+            "assert flow.nn.Graph._compile.__module__ == 'oneflow_autoddl.adapter.hook'\n"
+            "assert hasattr(flow.nn.graph.graph_config.GraphConfig, 'set_auto_parallel_cluster')\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

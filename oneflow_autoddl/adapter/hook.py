@@ -83,11 +83,6 @@ def set_auto_parallel_plan(self, plan: Union[str, Plan]):
     _settings(self).plan = plan
 
 
-def plan_of(graph: "flow.nn.Graph") -> Optional[Plan]:
-    """The plan AutoDDL applied to a compiled graph (None if it compiled without one)."""
-    return getattr(graph, "_autoddl_plan", None)
-
-
 def _default_cluster(device: str) -> str:
     return "cpu-local" if device == "cpu" else "dgx-a100"
 

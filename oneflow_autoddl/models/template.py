@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..ir import Graph, Op, Placement, Tensor
-from ..sbp import B, S, Signature
+from ..remesh import batch_split
 from .symbols import Evaluator
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(__file__), "templates")
@@ -138,7 +138,7 @@ class Template:
             # fresh lists, as read_job gives every op its own
             own = {k: list(v) if isinstance(v, list) else v for k, v in attrs[pos].items()}
             ops.append(Op(name, t.type, inputs, outputs, single if t.single else main, own,
-                          role=t.role, scope=scope, native=_fed_as(t.type, tensors[-1].shape if outputs else (), main)))
+                          role=t.role, scope=scope, native=batch_split(tensors[-1].shape, main.hierarchy) if t.type == "input_conf" else None))
             if i is None:
                 outer[pos] = name
             else:
@@ -154,21 +154,6 @@ class Template:
         if op.type == "variable_conf" and not op.single and len(attrs.get("nd_sbp", ())) == 1:
             attrs["nd_sbp"] = attrs["nd_sbp"] * ndim  # traced on one device: one SBP per mesh axis
         return attrs
-
-
-def _fed_as(op_type: str, shape: Sequence[int], mesh: Placement) -> Optional[Signature]:
-    """Inputs arrive as the examples feed them, data parallel: the batch split over every mesh
-    axis it divides (interface ops keep the SBP of the tensors fed to them)."""
-    if op_type != "input_conf":
-        return None
-    nd, rows = [], shape[0] if shape else 0
-    for h in mesh.hierarchy:
-        if rows and rows % h == 0:
-            nd.append(S(0))
-            rows //= h
-        else:
-            nd.append(B)
-    return Signature({"out": tuple(nd)})
 
 
 @lru_cache(maxsize=None)

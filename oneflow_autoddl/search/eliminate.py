@@ -108,8 +108,9 @@ def solve(free: Sequence[int], domain: Dict[int, int], unary: Dict[int, np.ndarr
                     touch[u] -= fids
         vars_, table = _combine(touching, domain)
         ax = vars_.index(best)
-        trace.append((best, vars_[:ax] + vars_[ax + 1:], np.argmin(table, axis=ax)))
-        reduced, rest = np.min(table, axis=ax), vars_[:ax] + vars_[ax + 1:]
+        rest = vars_[:ax] + vars_[ax + 1:]
+        trace.append((best, rest, np.moveaxis(table, ax, -1)))  # argmin only where read back
+        reduced = np.min(table, axis=ax)
         if rest:
             pool[next_id] = Factor(rest, reduced)
             for u in rest:
@@ -119,6 +120,6 @@ def solve(free: Sequence[int], domain: Dict[int, int], unary: Dict[int, np.ndarr
             constant += float(reduced)
         remaining.discard(best)
     choice: Dict[int, int] = {}
-    for v, rest, arg in reversed(trace):
-        choice[v] = int(arg[tuple(choice[u] for u in rest)]) if rest else int(arg)
+    for v, rest, table in reversed(trace):
+        choice[v] = int(np.argmin(table[tuple(choice[u] for u in rest)]))
     return choice, constant
