@@ -37,12 +37,16 @@ def _graph(args):
         from .remesh import remesh
         return remesh(_read_job_file(args.job), parse_mesh(args.mesh))
     from .models import build_gpt, build_vgg
+    from .remesh import check_batch
     mesh = parse_mesh(args.mesh)
     if args.model == "gpt":
-        return build_gpt(args.layers, args.hidden, args.heads, args.seq_len, args.vocab, args.batch_size, mesh,
-                         device=args.device)
-    return build_vgg(int(args.model[3:]), args.width_mult, args.image_size, args.num_classes, args.batch_size,
-                     mesh, device=args.device)
+        graph = build_gpt(args.layers, args.hidden, args.heads, args.seq_len, args.vocab, args.batch_size, mesh,
+                          device=args.device)
+    else:
+        graph = build_vgg(int(args.model[3:]), args.width_mult, args.image_size, args.num_classes, args.batch_size,
+                          mesh, device=args.device)
+    check_batch(graph)
+    return graph
 
 
 def _read_job_file(path: str):

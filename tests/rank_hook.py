@@ -7,7 +7,7 @@ import time
 import oneflow as flow
 
 import oneflow_autoddl
-from oneflow_autoddl.adapter import hook
+from oneflow_autoddl.adapter import writeback
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import compiled_mismatches
 from oneflow_autoddl.planner import describe
@@ -82,14 +82,14 @@ def fallbacks():
     out = {}
     for name, bypass in (("ours", False), ("oneflow", True)):
         good, victim, path = _saved_plan_with("broadcast_matmul", bad)
-        saved = hook.check_signatures
+        saved = writeback.check_signatures
         if bypass:
-            hook.check_signatures = lambda ir, plan: None
+            writeback.check_signatures = lambda ir, plan: None
         try:
             graph, inputs = rank_models.build("gpt", "2", plan="autoddl", load_plan=path)
             losses = _train(graph, inputs, 3)
         finally:
-            hook.check_signatures = saved
+            writeback.check_signatures = saved
         os.remove(path)
         out[name] = {"good": good, "losses": losses, "victim": victim, "plan": oneflow_autoddl.plan_of(graph) is not None,
                      "fallback": getattr(graph, "_autoddl_fallback", None)}

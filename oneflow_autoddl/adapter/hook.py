@@ -23,9 +23,10 @@ from ..cost.cluster import load_cluster
 from ..plan import Plan, PlanMismatch
 from ..planner import STRATEGIES, hold_user_sbp, plan as make_plan
 from ..report import summary
-from .job import read_job
-from .placement import from_flow_sbp
-from .writeback import check_signatures, compiled_mismatches, write_plan
+
+# The other adapter modules are imported where used: `import oneflow` may come from inside
+# one of them (adapter.job reads OneFlow's protobufs), and installing this hook then must
+# not import that half-initialised module by name.
 
 log = logging.getLogger("oneflow_autoddl")
 
@@ -111,7 +112,8 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
         saved = settings.plan if isinstance(settings.plan, Plan) else Plan.load(settings.plan)
         try:
             saved.check_matches(ir, mesh.hierarchy)
-            check_signatures(ir, saved)
+            from . import writeback
+            writeback.check_signatures(ir, saved)
             return saved
         except PlanMismatch as e:
             log.warning("AutoDDL: the saved plan does not match graph %s (%s); searching a new plan",
@@ -156,6 +158,8 @@ def _fallback(graph, reason: str) -> None:
 
 
 def _verify(graph, plan: Plan) -> None:
+    from .placement import from_flow_sbp
+    from .writeback import compiled_mismatches
     problems = compiled_mismatches(graph._compiled_graph_proto, plan)
     params = _parameters(graph)
     for name, want in plan.variables.items():
@@ -185,6 +189,8 @@ def _compile(self, *args, **kwargs):
     job = self._full_graph_proto
     started = time.perf_counter()
     try:
+        from .job import read_job
+        from .writeback import write_plan
         ir = read_job(job)
         plan = Plan.from_json(_on_rank0(lambda: _obtain_plan(self, ir, settings).to_json()))
         planned = write_plan(job, plan)

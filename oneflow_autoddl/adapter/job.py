@@ -5,6 +5,7 @@ with its greedy SBP signature in `job_parallel_view_conf`, logical shapes in
 `helper.lbn2logical_blob_desc`, placements in `placement.placement_group`.
 """
 import re
+import warnings
 from typing import Any, Dict, List, Tuple
 
 from oneflow.core.common import data_type_pb2
@@ -132,9 +133,13 @@ def read_job(job) -> Graph:
     if isinstance(job, (bytes, bytearray)):
         parsed = job_pb2.Job()
         try:
-            parsed.ParseFromString(bytes(job))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                parsed.ParseFromString(bytes(job))
         except Exception as e:  # protobuf raises DecodeError, a bare Exception subclass
             raise GraphError(f"not a serialized OneFlow Job: {e}") from None
+        if not parsed.net.op:
+            raise GraphError("not a serialized OneFlow Job: the bytes parse to a Job with no ops")
         job = parsed
     if not isinstance(job, job_pb2.Job):
         raise GraphError(f"expected a OneFlow Job proto, got {type(job).__name__}")

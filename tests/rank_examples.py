@@ -1,0 +1,35 @@
+"""On ranks: the examples' own main(), and a model outside the examples traced for the CLI."""
+import importlib
+
+import oneflow as flow
+from oneflow import nn
+
+from oneflow_autoddl.adapter.trace import save_job
+
+
+def run(examples):
+    """{name: result of examples/<name>.py main(argv)} for each (name, argv)."""
+    return {name: importlib.import_module(name).main(argv) for name, argv in examples}
+
+
+def trace_cnn(path: str):
+    """A small CNN the user wrote, traced on one rank for `python -m oneflow_autoddl plan --job`."""
+    place = flow.placement("cpu", ranks=[0])
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(8 * 16 * 16, 64), nn.Tanh(), nn.Linear(64, 10)).to_global(place, flow.sbp.broadcast)
+    opt = flow.optim.Adam(model.parameters(), lr=1e-3)
+
+    class Train(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model, self.loss = model, nn.CrossEntropyLoss()
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = self.loss(self.model(x), y)
+            loss.backward()
+            return loss
+
+    x = flow.randn(32, 3, 32, 32).to_global(place, flow.sbp.broadcast)
+    y = flow.randint(0, 10, (32,)).to_global(place, flow.sbp.broadcast)
+    return {"ops": save_job(Train(), x, y, path=path)}
