@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 PENALTY_ROUNDS = 12  # memory price x8 a round until the plan fits
 BISECTIONS = 4  # then halve the interval back towards the cheapest price that fits
 FINALISTS = 2
+SEED_GROUP = 32  # largest group the first sweep from every seed solves
 
 
 def _gib(x: float) -> str:
@@ -61,10 +62,11 @@ class Planner:
         return float(sum(m.min() for m in self.problem.memory))
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
-        """One sweep from every seed, then descent to convergence from the best FINALISTS."""
+        """One sweep of the small groups from every seed, then descent to convergence (all groups)
+        from the best FINALISTS."""
         d = Descent(self.problem, memory_weight=weight)
         cost = lambda x: self.problem.objective(x, weight)  # noqa: E731
-        swept = sorted((d.run(x, max_sweeps=1) for x in starts), key=cost)
+        swept = sorted((d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts), key=cost)
         return min((d.run(x) for x in swept[:FINALISTS]), key=cost)
 
     def search(self, memory_limit: Optional[float] = None) -> Tuple[List[int], Dict[str, List[int]]]:

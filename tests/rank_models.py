@@ -25,9 +25,9 @@ def fuse_layer_norm() -> None:
     flow.nn.LayerNorm.forward = forward
 
 
-def build(model: str, mesh: str, plan: str = "dp", batch: int = 8, optimizer: str = "default", **flags):
-    """(graph, inputs) for "gpt", "gpt-fused" (LayerNorm as on CUDA) or "vgg" on `mesh`;
-    `plan` and flags as examples/common.configure takes them."""
+def build(model: str, mesh: str, plan: str = "dp", batch: int = 8, optimizer: str = "default", sizes=None, **flags):
+    """(graph, inputs) for "gpt", "gpt-fused" (LayerNorm as on CUDA) or "vgg" on `mesh`, at the
+    test sizes or `sizes`; `plan` and flags as examples/common.configure takes them."""
     if model == "gpt-fused":
         fuse_layer_norm()
         model = "gpt"
@@ -37,15 +37,17 @@ def build(model: str, mesh: str, plan: str = "dp", batch: int = 8, optimizer: st
     flow.manual_seed(0)
     rng = np.random.RandomState(0)
     if model == "gpt":
-        net = GPT(**GPT_SIZES).to_global(place, bcast)
+        s = dict(GPT_SIZES, **(sizes or {}))
+        net = GPT(**s).to_global(place, bcast)
         loss_fn = GPTLoss()
-        x = rng.randint(0, GPT_SIZES["vocab"], (batch, GPT_SIZES["seq_len"]))
-        y = rng.randint(0, GPT_SIZES["vocab"], (batch, GPT_SIZES["seq_len"]))
+        x = rng.randint(0, s["vocab"], (batch, s["seq_len"]))
+        y = rng.randint(0, s["vocab"], (batch, s["seq_len"]))
     else:
-        net = VGG(**VGG_SIZES).to_global(place, bcast)
+        s = dict(VGG_SIZES, **(sizes or {}))
+        net = VGG(**s).to_global(place, bcast)
         loss_fn = flow.nn.CrossEntropyLoss()
-        x = rng.randn(batch, 3, VGG_SIZES["image_size"], VGG_SIZES["image_size"]).astype(np.float32)
-        y = rng.randint(0, VGG_SIZES["num_classes"], (batch,))
+        x = rng.randn(batch, 3, s["image_size"], s["image_size"]).astype(np.float32)
+        y = rng.randint(0, s["num_classes"], (batch,))
     if optimizer == "adam" or (optimizer == "default" and model == "gpt"):
         opt = flow.optim.Adam(net.parameters(), lr=1e-3)
     elif optimizer == "sgd":

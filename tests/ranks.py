@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -20,16 +21,25 @@ ROOT = os.path.dirname(HERE)
 LAUNCHED_GROUPS = set()  # process groups this interpreter started, checked at the end of the suite
 
 
-def alive_groups():
-    """Those of our launched process groups that still have a live process."""
-    alive = []
-    for pgid in sorted(LAUNCHED_GROUPS):
+def _live_members(pgid: int) -> List[int]:
+    """PIDs in process group `pgid` that are not zombies (killed ranks wait for init to reap them)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            os.killpg(pgid, 0)
-            alive.append(pgid)
-        except ProcessLookupError:
-            pass
-    return alive
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def alive_groups():
+    """Those of our launched process groups that still have a live (non-zombie) process."""
+    return [pgid for pgid in sorted(LAUNCHED_GROUPS) if _live_members(pgid)]
 
 
 class RankFailure(AssertionError):
@@ -43,19 +53,20 @@ def free_port() -> int:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL, the launcher's whole group, until none of it is left running."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            continue
-    # The launcher may be gone while ranks of its group live on.
+            break
+        deadline = time.time() + 5
+        while time.time() < deadline and _live_members(proc.pid):
+            time.sleep(0.1)
+        if not _live_members(proc.pid):
+            break
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
         pass
 
 

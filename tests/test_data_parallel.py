@@ -12,6 +12,7 @@ def single(ranks):
 @pytest.mark.parametrize("mesh,nproc", [("2", 2), ("2x2", 4)])
 def test_data_parallel_equals_single_process(ranks, single, mesh, nproc):
     out = ranks("rank_jobs:train_mlp", nproc, mesh=mesh)
+    assert [r["rank"] for r in out] == list(range(nproc))  # the harness returns every rank's result, in order
     for r in out:
         np.testing.assert_allclose(r["losses"], single, rtol=1e-5)
     assert single[-1] < single[0]

@@ -8,7 +8,7 @@ re-solves one group exactly (variable elimination) with every other variable hel
 keeps the result only if it lowers the objective; sweeps repeat until none does.
 """
 import logging
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .eliminate import MAX_ENTRIES, Factor, condition, elimination_width, solve
 from .problem import Problem
@@ -102,8 +102,9 @@ class Descent:
         p = self.problem
         return {u for v in group for f in p.factors_of[v] for u in p.factors[f].vars} | set(group)
 
-    def run(self, x0: Sequence[int], max_sweeps: int = 100) -> List[int]:
-        """Sweep the groups until no step improves; a group is re-solved only if its reach changed."""
+    def run(self, x0: Sequence[int], max_sweeps: int = 100, max_group: Optional[int] = None) -> List[int]:
+        """Sweep the groups (of at most `max_group` variables) until no step improves; a group is
+        re-solved only if its reach changed."""
         x = list(x0)
         reach = [self._reach(g) for g in self.groups]
         stamp = [0] * len(x)  # step at which each variable last changed
@@ -112,6 +113,8 @@ class Descent:
         for _ in range(max_sweeps):
             improved = False
             for i, group in enumerate(self.groups):
+                if max_group is not None and len(group) > max_group:
+                    continue
                 if solved_at[i] >= 0 and all(stamp[u] <= solved_at[i] for u in reach[i]):
                     continue
                 clock += 1

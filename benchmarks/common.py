@@ -1,0 +1,30 @@
+"""Running benchmark rank functions and printing their tables."""
+import json
+import os
+import sys
+from typing import Any, List
+
+from tabulate import tabulate
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+from ranks import run_on_ranks  # noqa: E402
+
+NPROC = {"1": 1, "2": 2, "4": 4, "2x2": 4}
+
+
+def on_ranks(target: str, mesh: str, timeout: float = 1800, **kwargs) -> List[Any]:
+    """benchmarks/<module>.py:function on the ranks `mesh` needs; results of every rank."""
+    env = {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
+    return run_on_ranks(target, NPROC[mesh], timeout=timeout, env=env, mesh=mesh, **kwargs)
+
+
+def show(rows: List[dict], columns: List[str], headers: List[str]) -> str:
+    return tabulate([[r[c] for c in columns] for r in rows], headers=headers, tablefmt="github", floatfmt=".4g")
+
+
+def write_json(path: str, rows: Any) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
+        print(f"\nwritten to {path}")

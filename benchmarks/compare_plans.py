@@ -1,0 +1,77 @@
+"""AutoDDL beside data parallel, Megatron-style and OneFlow's native auto-parallel, measured in one run.
+
+    python benchmarks/compare_plans.py [--meshes 4,2x2] [--json compare.json]
+
+On 4 CPU ranks of this machine, for the examples' GPT and VGG models at sizes where
+communication is a large part of a step: median step time and bytes sent per rank per
+step (wchar), measured side by side in one run, the predicted ones, and each as a ratio
+to data parallel. Then, per model and mesh, whether the plans' order by predicted step
+time is the order measured (the cpu-local cluster file is this machine's calibration).
+"""
+import argparse
+import statistics
+
+from common import on_ranks, show, write_json
+
+GPT = {"layers": 2, "hidden": 512, "heads": 8, "seq_len": 32, "vocab": 512}
+VGG = {"depth": 16, "width_mult": 0.25, "image_size": 32, "num_classes": 10}
+PLANS = ["dp", "megatron", "native", "autoddl"]
+
+
+def run(meshes, models, steps=8):
+    rows = []
+    for mesh in meshes:
+        for model in models:
+            sizes, batch = (GPT, 8) if model == "gpt" else (VGG, 16)
+            per_rank = on_ranks("rank_bench:measure", mesh, model=model, plans=PLANS, steps=steps, batch=batch,
+                                sizes=sizes, warmup=3)
+            group = []
+            for i in range(len(PLANS)):
+                r = dict(per_rank[0][i])
+                r["measured_bytes"] = statistics.mean(p[i]["measured_bytes"] for p in per_rank)
+                r["measured_step_s"] = max(p[i]["measured_step_s"] for p in per_rank)
+                group.append(r)
+            dp = group[0]
+            for r in group:
+                for key in ("measured_step_s", "measured_bytes", "predicted_step_s", "predicted_bytes"):
+                    r[key + "/dp"] = r[key] / dp[key] if dp[key] else float("nan")
+            rows += group
+    return rows
+
+
+def order_kept(rows):
+    """Per (model, mesh): do predicted and measured step times rank the plans alike?"""
+    out = []
+    for key in sorted({(r["model"], r["mesh"]) for r in rows}):
+        group = [r for r in rows if (r["model"], r["mesh"]) == key]
+        by_pred = [r["plan"] for r in sorted(group, key=lambda r: r["predicted_step_s"])]
+        by_meas = [r["plan"] for r in sorted(group, key=lambda r: r["measured_step_s"])]
+        out.append({"model": key[0], "mesh": key[1], "predicted order": " < ".join(by_pred),
+                    "measured order": " < ".join(by_meas), "same": by_pred == by_meas})
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--meshes", default="4,2x2")
+    parser.add_argument("--models", default="gpt,vgg")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    rows = run(args.meshes.split(","), args.models.split(","), args.steps)
+    for r in rows:
+        r["measured_ms"], r["predicted_ms"] = 1e3 * r["measured_step_s"], 1e3 * r["predicted_step_s"]
+        r["measured_mib"], r["predicted_mib"] = r["measured_bytes"] / 2 ** 20, r["predicted_bytes"] / 2 ** 20
+    print(show(rows, ["model", "mesh", "plan", "measured_ms", "measured_step_s/dp", "measured_mib", "measured_bytes/dp",
+                      "predicted_ms", "predicted_step_s/dp", "predicted_mib", "predicted_bytes/dp"],
+               ["model", "mesh", "plan", "step ms", "step / DP", "MiB sent", "sent / DP",
+                "pred. step ms", "pred. / DP", "pred. MiB", "pred. sent / DP"]))
+    orders = order_kept(rows)
+    print()
+    print(show(orders, ["model", "mesh", "predicted order", "measured order", "same"],
+               ["model", "mesh", "by predicted step time", "by measured step time", "same order"]))
+    write_json(args.json, {"rows": rows, "orders": orders})
+
+
+if __name__ == "__main__":
+    main()

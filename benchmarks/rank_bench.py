@@ -1,0 +1,68 @@
+"""On ranks: train the examples' models under several plans and measure what each moves and takes."""
+import statistics
+import sys
+import time
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+
+import oneflow as flow  # noqa: E402
+
+import oneflow_autoddl  # noqa: E402
+import rank_models  # noqa: E402
+from oneflow_autoddl.adapter.job import read_job  # noqa: E402
+from oneflow_autoddl.planner import describe  # noqa: E402
+
+
+def wchar() -> int:
+    """Bytes this process has written so far: on CPU ranks, what OneFlow's CommNet sends."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("wchar"):
+                return int(line.split()[1])
+    raise RuntimeError("no wchar in /proc/self/io")
+
+
+def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch: int = 8, sizes=None,
+            cluster: str = "cpu-local", optimizer: str = "default"):
+    """For each plan: median step time, bytes sent per step by this rank, and what was predicted."""
+    rows = []
+    for plan in plans:
+        graph, inputs = rank_models.build(model, mesh, plan=plan, batch=batch, optimizer=optimizer, sizes=sizes,
+                                          cluster=cluster)
+        losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
+        before, times = wchar(), []
+        for _ in range(steps):
+            start = time.perf_counter()
+            losses.append(float(graph(*inputs).numpy()))
+            times.append(time.perf_counter() - start)
+        sent = (wchar() - before) / steps
+        predicted = oneflow_autoddl.plan_of(graph) or describe(read_job(graph._full_graph_proto), cluster)
+        rows.append({"model": model, "mesh": mesh, "plan": plan, "rank": flow.env.get_rank(),
+                     "measured_bytes": sent, "predicted_bytes": predicted.predicted.bytes_per_device,
+                     "measured_step_s": statistics.median(times), "predicted_step_s": predicted.predicted.step_time_s,
+                     "losses": losses, "search_time_s": getattr(predicted, "search_time_s", None)})
+    return rows
+
+
+def native_pass_time(models, mesh: str, sizes_by_model, batch_by_model, cluster: str = "cpu-local"):
+    """OneFlow's native pass (build_graph with it on minus off) beside our search on the same Job."""
+    from oneflow_autoddl.planner import plan
+    out = []
+    for model in models:
+        times = {}
+        for planner in ("dp", "native"):
+            graph, inputs = rank_models.build(model, mesh, plan=planner, batch=batch_by_model[model],
+                                              sizes=sizes_by_model[model])
+            start = time.perf_counter()
+            job, _ = graph.build_graph(*inputs)
+            times[planner] = time.perf_counter() - start
+            if planner == "dp":
+                ir = read_job(job)
+        start = time.perf_counter()
+        ours = plan(ir, cluster)
+        out.append({"model": model, "mesh": mesh, "ops": len(ir.ops), "native_s": times["native"] - times["dp"],
+                    "build_s": times["dp"], "ours_s": time.perf_counter() - start,
+                    "ours_search_s": ours.search_time_s})
+    return out
