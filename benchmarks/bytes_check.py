@@ -10,7 +10,7 @@ is exactly OneFlow's CommNet traffic) beside what the cost model predicted for t
 import argparse
 import statistics
 
-from common import on_ranks, show, write_json
+from bench import on_ranks, show, write_json
 
 GPT = {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 32, "vocab": 256}
 VGG = {"depth": 16, "width_mult": 0.125, "image_size": 32, "num_classes": 10}

@@ -11,7 +11,7 @@ time is the order measured (the cpu-local cluster file is this machine's calibra
 import argparse
 import statistics
 
-from common import on_ranks, show, write_json
+from bench import on_ranks, show, write_json
 
 GPT = {"layers": 2, "hidden": 512, "heads": 8, "seq_len": 32, "vocab": 512}
 VGG = {"depth": 16, "width_mult": 0.25, "image_size": 32, "num_classes": 10}

@@ -13,7 +13,7 @@ fastest baseline that fits, in every row.
 import argparse
 import math
 
-from common import show, write_json
+from bench import show, write_json
 from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import Planner, plan

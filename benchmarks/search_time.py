@@ -14,7 +14,7 @@ import argparse
 import math
 import time
 
-from common import on_ranks, show, write_json
+from bench import on_ranks, show, write_json
 from compare_plans import GPT, VGG
 from oneflow_autoddl.models import build_gpt
 from oneflow_autoddl.planner import plan

@@ -8,7 +8,7 @@ import os
 import statistics
 import tempfile
 
-from common import on_ranks, show, write_json
+from bench import on_ranks, show, write_json
 
 
 def main():

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -80,8 +80,8 @@ def _tail(path: str, limit: int = 6000) -> str:
 
 
 def run_on_ranks(target: str, nproc: int, timeout: float = 240, env: Optional[Dict[str, str]] = None,
-                 **kwargs: Any) -> List[Any]:
-    """Call `module:function(**kwargs)` (module importable from tests/) on `nproc` ranks.
+                 paths: Sequence[str] = (), **kwargs: Any) -> List[Any]:
+    """Call `module:function(**kwargs)` (module importable from tests/ or `paths`) on `nproc` ranks.
 
     Returns the per-rank results in rank order. Raises RankFailure with the stderr of the
     first rank that failed, or of every rank on a timeout.
@@ -90,7 +90,7 @@ def run_on_ranks(target: str, nproc: int, timeout: float = 240, env: Optional[Di
         cmd = [sys.executable, "-m", "oneflow.distributed.launch", "--nproc_per_node", str(nproc),
                "--master_port", str(free_port()), os.path.join(HERE, "rank_main.py"),
                out_dir, target, json.dumps(kwargs)]
-        run_env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "examples"), HERE]))
+        run_env = dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, ROOT, os.path.join(ROOT, "examples"), HERE]))
         run_env.update(env or {})
         with open(os.path.join(out_dir, "launcher.log"), "w") as log:
             proc = subprocess.Popen(cmd, cwd=out_dir, env=run_env, stdout=log, stderr=subprocess.STDOUT,

@@ -15,8 +15,7 @@ NPROC = {"1": 1, "2": 2, "4": 4, "2x2": 4}
 
 def on_ranks(target: str, mesh: str, timeout: float = 1800, **kwargs) -> List[Any]:
     """benchmarks/<module>.py:function on the ranks `mesh` needs; results of every rank."""
-    env = {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
-    return run_on_ranks(target, NPROC[mesh], timeout=timeout, env=env, mesh=mesh, **kwargs)
+    return run_on_ranks(target, NPROC[mesh], timeout=timeout, paths=[HERE], mesh=mesh, **kwargs)
 
 
 def show(rows: List[dict], columns: List[str], headers: List[str]) -> str:
