@@ -12,6 +12,7 @@ import oneflow as flow  # noqa: E402
 import oneflow_autoddl  # noqa: E402
 import rank_models  # noqa: E402
 from oneflow_autoddl.adapter.job import read_job  # noqa: E402
+from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks  # noqa: E402
 from oneflow_autoddl.planner import describe  # noqa: E402
 
 
@@ -24,13 +25,35 @@ def wchar() -> int:
     raise RuntimeError("no wchar in /proc/self/io")
 
 
+def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
+    """OneFlow's native plan, compiled as is, or (when OneFlow 0.9.0 would abort on it, boxing a
+    split variable across ranks) applied through AutoDDL's write-back, which reads such
+    variables through copies. Returns (graph, inputs, note)."""
+    probe, inputs = rank_models.build(model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes)
+    job, _ = probe.build_graph(*inputs)
+    hazards = variables_boxed_across_ranks(job)
+    if not hazards:
+        graph, inputs = rank_models.build(model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes)
+        return graph, inputs, "as OneFlow compiled it"
+    path = f"/tmp/autoddl-native-plan-{os.getpid()}.json"
+    describe(read_job(job), cluster).save(path)
+    graph, inputs = rank_models.build(model, mesh, plan="autoddl", batch=batch, optimizer=optimizer, sizes=sizes,
+                                      cluster=cluster, load_plan=path)
+    return graph, inputs, (f"OneFlow's plan boxes {len(hazards)} split variables across ranks, which aborts "
+                           f"0.9.0 on CPU (register.cpp:75); run through AutoDDL's write-back instead")
+
+
 def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch: int = 8, sizes=None,
             cluster: str = "cpu-local", optimizer: str = "default"):
     """For each plan: median step time, bytes sent per step by this rank, and what was predicted."""
     rows = []
     for plan in plans:
-        graph, inputs = rank_models.build(model, mesh, plan=plan, batch=batch, optimizer=optimizer, sizes=sizes,
-                                          cluster=cluster)
+        note = ""
+        if plan == "native":
+            graph, inputs, note = _native_graph(model, mesh, batch, optimizer, sizes, cluster)
+        else:
+            graph, inputs = rank_models.build(model, mesh, plan=plan, batch=batch, optimizer=optimizer, sizes=sizes,
+                                              cluster=cluster)
         losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
         before, times = wchar(), []
         for _ in range(steps):
@@ -42,7 +65,7 @@ def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch
         rows.append({"model": model, "mesh": mesh, "plan": plan, "rank": flow.env.get_rank(),
                      "measured_bytes": sent, "predicted_bytes": predicted.predicted.bytes_per_device,
                      "measured_step_s": statistics.median(times), "predicted_step_s": predicted.predicted.step_time_s,
-                     "losses": losses, "search_time_s": getattr(predicted, "search_time_s", None)})
+                     "losses": losses, "search_time_s": getattr(predicted, "search_time_s", None), "note": note})
     return rows
 
 

@@ -118,7 +118,8 @@ class Planner:
 
     def to_plan(self, x: Sequence[int], others: Dict[str, List[int]], search_time: float,
                 everything: bool = False) -> Plan:
-        """The Plan of assignment x; `everything` lists held ops as planned too (for describe)."""
+        """The Plan of assignment x; `everything` lists held ops (but interface and train-step
+        ops) as planned too, for describe."""
         p, g = self.problem, self.graph
         detail = p.evaluate(x)
         ops, unplanned, variables, var_shapes, var_bytes = {}, {}, {}, {}, {}
@@ -126,7 +127,7 @@ class Planner:
             for name in unit.ops:
                 op = g.op(name)
                 sig = p.signature(name, x)
-                if unit.fixed is not None and not everything:
+                if unit.fixed is not None and (not everything or op.role in ("io", "system")):
                     unplanned[name] = {"type": op.type, "reason": unit.fixed}
                     continue
                 ops[name] = OpEntry(op.type, signature_texts(sig), {bn: list(g.shape(op, bn)) for bn in op.bns},

@@ -91,6 +91,12 @@ def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str,
     return readers
 
 
+def variables_boxed_across_ranks(job: job_pb2.Job) -> List[str]:
+    """Variables a Job's own signatures box across ranks: the Job aborts at run time as it is
+    (see the module doc), e.g. some of what OneFlow's native auto-parallel produces on CPU."""
+    return sorted(_boxed_readers(job, signatures_of(job)))
+
+
 def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d_ops: set) -> None:
     readers = _boxed_readers(job, planned)
     if not readers:
