@@ -16,7 +16,7 @@ from .cost.cluster import PRESET_DIR, ClusterError, load_cluster, preset_names
 from .ir import GraphError
 from .mesh import parse_mesh
 from .planner import STRATEGIES, plan
-from .report import op_table, parameter_table, summary
+from .report import op_table, parameter_table, summary, transfer_table
 from .search.units import PlanningError
 
 MODEL_NAMES = ("gpt", "vgg11", "vgg13", "vgg16", "vgg19")
@@ -70,6 +70,8 @@ def _plan(args) -> int:
     print(summary(result))
     print()
     print(parameter_table(result))
+    print()
+    print(transfer_table(result, args.transfers))
     if args.op_table:
         print()
         print(op_table(result, args.op_table))
@@ -103,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="autoddl", choices=STRATEGIES, help="search, or apply a baseline as is")
     p.add_argument("--json", default=None, help="write the plan JSON here")
     p.add_argument("--op-table", type=int, default=0, metavar="N", help="also print the first N ops' SBP")
+    p.add_argument("--transfers", type=int, default=10, metavar="N", help="print the N costliest boxings")
     gpt = p.add_argument_group("--model gpt")
     gpt.add_argument("--layers", type=int, default=12)
     gpt.add_argument("--hidden", type=int, default=768)

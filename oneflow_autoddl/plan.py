@@ -57,6 +57,7 @@ class Plan:
     baselines: Dict[str, Predicted] = field(default_factory=dict)
     lower_bound_bytes: Optional[float] = None
     memory_limit_bytes: Optional[float] = None
+    transfers: List[Dict[str, Any]] = field(default_factory=list)  # the largest boxings, by time
     search_time_s: float = 0.0
     notes: List[str] = field(default_factory=list)
 
@@ -102,9 +103,9 @@ class Plan:
             f.write(self.dumps())
 
     def table(self, op_limit: Optional[int] = None) -> str:
-        """Per-parameter and per-op SBP tables (tabulate)."""
-        from .report import op_table, parameter_table
-        return parameter_table(self) + "\n\n" + op_table(self, op_limit)
+        """Per-parameter and per-op SBP tables, and the costliest boxings (tabulate)."""
+        from .report import op_table, parameter_table, transfer_table
+        return parameter_table(self) + "\n\n" + op_table(self, op_limit) + "\n\n" + transfer_table(self)
 
     # -- reuse -----------------------------------------------------------------------------------
     def check_matches(self, graph: Graph, mesh: Sequence[int]) -> None:

@@ -23,6 +23,7 @@ from .plan import OpEntry, Plan, Predicted, signature_texts
 from .search import baselines
 from .search.descent import Descent
 from .search.problem import Problem
+from .sbp import format_nd
 from .search.units import PlanningError
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 PENALTY_ROUNDS = 12  # memory price x8 a round until the plan fits
 BISECTIONS = 4  # then halve the interval back towards the cheapest price that fits
 FINALISTS = 2
+TRANSFERS_KEPT = 50  # the costliest boxings a plan lists
 SEED_GROUP = 32  # largest group the first sweep from every seed solves
 
 
@@ -136,6 +138,7 @@ class Planner:
                     variables[name] = ops[name].signature["out"]
                     var_shapes[name] = list(g.shape(op, "out"))
                     var_bytes[name] = blob_bytes(g, op, "out", sig["out"], op.placement.hierarchy)
+        transfers = self._transfers(x, detail)
         unknown = sorted({u["type"] for u in unplanned.values() if "no SBP rule" in u["reason"]})
         notes = [f"op types with no SBP rule, left to OneFlow's own inference: {', '.join(unknown)}"] if unknown else []
         return Plan(
@@ -143,7 +146,21 @@ class Planner:
             device=self.mesh.device, ops=ops, variables=variables, variable_shapes=var_shapes, variable_bytes=var_bytes,
             unplanned_ops=unplanned, predicted=Predicted.of(detail),
             baselines={name: Predicted.of(p.evaluate(y)) for name, y in others.items()},
-            lower_bound_bytes=graph_bound_bytes(g, self.mesh.size), search_time_s=search_time, notes=notes)
+            lower_bound_bytes=graph_bound_bytes(g, self.mesh.size), transfers=transfers,
+            search_time_s=search_time, notes=notes)
+
+    def _transfers(self, x: Sequence[int], detail, limit: int = TRANSFERS_KEPT) -> List[Dict]:
+        """The boxings that cost most: tensor, shape, SBP from and to, bytes and time per device."""
+        p, g = self.problem, self.graph
+        out = []
+        for lbn, tr in sorted(detail.tensor_comm.items(), key=lambda kv: -kv[1].time)[:limit]:
+            t = g.tensor(lbn)
+            src = p.signature(t.producer, x)[t.obn]
+            dsts = sorted({format_nd(p.signature(c, x)[ibn]) for c, ibn in t.consumers
+                           if g.op(c).placement == g.op(t.producer).placement} - {format_nd(src)})
+            out.append({"tensor": lbn, "shape": list(t.shape), "from": format_nd(src), "to": dsts,
+                        "bytes": tr.bytes, "time_s": tr.time})
+        return out
 
 
 def hold_user_sbp(graph: Graph) -> Dict[str, str]:

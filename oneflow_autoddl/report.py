@@ -73,3 +73,10 @@ def op_table(plan: Plan, limit: Optional[int] = None) -> str:
         rows.append([name, e.type, ins, outs, f"{e.compute_time_s * 1e6:.1f}", f"{e.comm_time_s * 1e6:.1f}"])
     return tabulate(rows, headers=["op", "type", "input SBP", "output SBP", "compute us", "comm us"],
                     tablefmt="github")
+
+
+def transfer_table(plan: Plan, limit: int = 10) -> str:
+    """The costliest boxings of the plan: what moves where, and what it costs per device."""
+    rows = [[t["tensor"], "x".join(map(str, t["shape"])) or "scalar", t["from"], ", ".join(t["to"]) or "(another placement)",
+             _mib(t["bytes"]), _ms(t["time_s"])] for t in plan.transfers[:limit]]
+    return tabulate(rows, headers=["tensor", "shape", "from", "to", "MiB/device", "ms"], tablefmt="github")

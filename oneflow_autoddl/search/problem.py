@@ -44,7 +44,7 @@ class TensorEnds:
     tensor: Tensor
     producer: Endpoint
     consumers: List[Endpoint]
-    remote: int  # consumers on another placement (costed as a full copy each)
+    remote: int  # other placements its consumers run on (costed as a full copy to each)
 
 
 @dataclass
@@ -141,13 +141,13 @@ class Problem:
         self.ends: List[TensorEnds] = []
         for t in self.graph.tensors.values():
             producer = self.graph.op(t.producer)
-            local, remote = [], 0
+            local, remote = [], set()
             for c, ibn in t.consumers:
                 if self.graph.op(c).placement == producer.placement:
                     local.append(self._endpoint(c, ibn))
                 else:
-                    remote += 1
-            self.ends.append(TensorEnds(t, self._endpoint(t.producer, t.obn), local, remote))
+                    remote.add(self.graph.op(c).placement)  # boxed once per placement (grouped by OneFlow)
+            self.ends.append(TensorEnds(t, self._endpoint(t.producer, t.obn), local, len(remote)))
 
     def sbp_ids(self, e: Endpoint) -> np.ndarray:
         """Candidate index -> an id of the SBP endpoint e's blob takes (equal ids, equal SBPs)."""

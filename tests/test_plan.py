@@ -1,0 +1,61 @@
+"""The Plan: JSON round trip, reuse refused with the first difference, readable tables."""
+import json
+
+import pytest
+
+from irkit import Kit
+from oneflow_autoddl.plan import Plan, PlanMismatch
+from oneflow_autoddl.planner import describe, plan
+from oneflow_autoddl.report import comparison_table, summary
+
+
+def mlp(width=64, mesh=(2,)):
+    kit = Kit(mesh)
+    x = kit.input("x", (16, 32))
+    kit.output("out", kit.linear("m.fc2", kit.unary("m.act", "relu", kit.linear("m.fc1", x, width)), 8))
+    return kit.graph()
+
+
+def test_json_round_trips(tmp_path):
+    p = plan(mlp(), "cpu-local")
+    again = Plan.from_json(json.loads(json.dumps(p.to_json())))
+    assert again == p
+    p.save(str(tmp_path / "p.json"))
+    assert Plan.load(str(tmp_path / "p.json")).signatures() == p.signatures()
+    data = p.to_json()
+    for key in ("mesh", "cluster", "ops", "variables", "unplanned_ops", "predicted", "baselines", "search_time_s"):
+        assert key in data
+    assert set(data["predicted"]) >= {"step_time_s", "bytes_per_device", "memory_per_device"}
+    assert "data_parallel" in data["baselines"]
+    assert data["variables"]["m.fc1.weight"] in ("S(0)", "S(1)", "B")
+
+
+def test_a_plan_for_another_graph_is_refused_with_the_first_difference():
+    p = plan(mlp(64), "cpu-local")
+    with pytest.raises(PlanMismatch, match=r"blob a_0 has shape \[16, 32\] in the graph|shape"):
+        p.check_matches(mlp(128), (2,))
+    with pytest.raises(PlanMismatch, match="mesh 2, the graph runs on 4"):
+        p.check_matches(mlp(64, (4,)), (4,))
+    p.check_matches(mlp(64), (2,))
+
+
+def test_not_a_plan_json():
+    with pytest.raises(PlanMismatch, match="not a plan JSON"):
+        Plan.from_json({"mesh": "2"})
+
+
+def test_tables_name_every_parameter_and_compare_the_baselines():
+    p = plan(mlp(), "cpu-local")
+    text = p.table()
+    for name in ("m.fc1.weight", "m.fc1.bias", "m.fc2.weight"):
+        assert name in text
+    assert "m.fc1-matmul-2" in text and "input SBP" in text
+    comparison = comparison_table(p)
+    for name in ("autoddl", "data_parallel", "megatron", "zero"):
+        assert f"| {name}" in comparison
+    assert "predicted step" in summary(p)
+
+
+def test_describe_costs_a_graph_as_given():
+    d = describe(mlp(), "cpu-local")
+    assert d.predicted.step_time_s > 0 and "m.fc1-matmul-2" in d.ops and "x" in d.unplanned_ops
