@@ -40,20 +40,19 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
                         help="write the traced Job (protobuf) here, for `python -m oneflow_autoddl plan --job`")
 
 
-def setup(args):
-    """Placement for --mesh and logging; returns (placement, mesh, n-D broadcast, n-D batch split)."""
+def start(parser: argparse.ArgumentParser, argv=None):
+    """Parse the flags (the common ones added), set up logging, the placement for --mesh and
+    the seed. Returns (args, placement, n-D broadcast, n-D batch split)."""
+    add_common_flags(parser)
+    args = parser.parse_args(argv)
     mesh = parse_mesh(args.mesh) if args.mesh else (flow.env.get_world_size(),)
+    if args.batch_size % mesh_size(mesh):
+        raise SystemExit(f"--batch-size {args.batch_size} must be a multiple of the {mesh_size(mesh)} devices "
+                         f"of the mesh")
     level = logging.INFO if flow.env.get_rank() == 0 and not args.quiet else logging.WARNING
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stdout)
-    place = placement(args.device, mesh)
-    broadcast = [flow.sbp.broadcast] * len(mesh)
-    batch_split = [flow.sbp.split(0)] * len(mesh)
-    return place, mesh, broadcast, batch_split
-
-
-def check_batch(batch: int, mesh) -> None:
-    if batch % mesh_size(mesh):
-        raise SystemExit(f"--batch-size {batch} must be a multiple of the {mesh_size(mesh)} devices of the mesh")
+    flow.manual_seed(args.seed)
+    return args, placement(args.device, mesh), [flow.sbp.broadcast] * len(mesh), [flow.sbp.split(0)] * len(mesh)
 
 
 def configure(graph: flow.nn.Graph, args) -> None:
@@ -79,6 +78,9 @@ def configure(graph: flow.nn.Graph, args) -> None:
 
 
 class TrainGraph(flow.nn.Graph):
+    """loss_fn(model(x), y), backward, one optimizer; auto-parallel as `args.plan` says
+    (`args` needs only `plan` when it is "dp")."""
+
     def __init__(self, model, loss_fn, optimizer, args):
         super().__init__()
         self.model, self.loss_fn = model, loss_fn

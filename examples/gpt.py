@@ -12,7 +12,7 @@ import numpy as np
 import oneflow as flow
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_common_flags, check_batch, setup, train, TrainGraph  # noqa: E402
+from common import TrainGraph, start, train  # noqa: E402
 from gpt_model import GPT, GPTLoss  # noqa: E402
 
 
@@ -40,11 +40,7 @@ def main(argv=None):
     parser.add_argument("--vocab", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8, help="global batch")
     parser.add_argument("--data", default=None, help="a text file; trains on its bytes")
-    add_common_flags(parser)
-    args = parser.parse_args(argv)
-    place, mesh, broadcast, batch_split = setup(args)
-    check_batch(args.batch_size, mesh)
-    flow.manual_seed(args.seed)
+    args, place, broadcast, batch_split = start(parser, argv)
     model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab).to_global(place, broadcast)
     optimizer = flow.optim.AdamW(model.parameters(), lr=args.lr or 3e-3)
     graph = TrainGraph(model, GPTLoss(), optimizer, args)

@@ -12,7 +12,7 @@ import numpy as np
 import oneflow as flow
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_common_flags, check_batch, setup, train, TrainGraph  # noqa: E402
+from common import TrainGraph, start, train  # noqa: E402
 from vgg_model import VGG  # noqa: E402
 
 
@@ -45,11 +45,7 @@ def main(argv=None):
     parser.add_argument("--dropout", type=float, default=0.0, help="classifier dropout (0: losses comparable)")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--data", default=None, help="an .npz with images (N,3,H,W) and labels (N)")
-    add_common_flags(parser)
-    args = parser.parse_args(argv)
-    place, mesh, broadcast, batch_split = setup(args)
-    check_batch(args.batch_size, mesh)
-    flow.manual_seed(args.seed)
+    args, place, broadcast, batch_split = start(parser, argv)
     model = VGG(args.depth, args.width_mult, args.image_size, args.num_classes, args.dropout)
     model = model.to_global(place, broadcast)
     optimizer = flow.optim.SGD(model.parameters(), lr=args.lr or 0.02, momentum=args.momentum)

@@ -1,9 +1,11 @@
 """On ranks: the examples' own main(), and a model outside the examples traced for the CLI."""
 import importlib
+from types import SimpleNamespace
 
 import oneflow as flow
 from oneflow import nn
 
+from common import TrainGraph  # examples/common.py
 from oneflow_autoddl.adapter.trace import save_job
 
 
@@ -19,17 +21,7 @@ def trace_cnn(path: str):
                           nn.Linear(8 * 16 * 16, 64), nn.Tanh(), nn.Linear(64, 10)).to_global(place, flow.sbp.broadcast)
     opt = flow.optim.Adam(model.parameters(), lr=1e-3)
 
-    class Train(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model, self.loss = model, nn.CrossEntropyLoss()
-            self.add_optimizer(opt)
-
-        def build(self, x, y):
-            loss = self.loss(self.model(x), y)
-            loss.backward()
-            return loss
-
     x = flow.randn(32, 3, 32, 32).to_global(place, flow.sbp.broadcast)
     y = flow.randint(0, 10, (32,)).to_global(place, flow.sbp.broadcast)
-    return {"ops": save_job(Train(), x, y, path=path)}
+    graph = TrainGraph(model, nn.CrossEntropyLoss(), opt, SimpleNamespace(plan="dp"))
+    return {"ops": save_job(graph, x, y, path=path)}

@@ -1,6 +1,7 @@
 """Functions the tests run on OneFlow ranks (through tests/ranks.py). Each returns JSON."""
 import os
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import oneflow as flow
@@ -9,6 +10,7 @@ from oneflow import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 
+from common import TrainGraph  # noqa: E402  (examples/common.py)
 from oneflow_autoddl.adapter.placement import placement  # noqa: E402
 
 
@@ -28,18 +30,7 @@ def train_mlp(mesh: str, steps: int = 3):
     model = _mlp(place, nd)
     opt = flow.optim.SGD(model.parameters(), lr=0.1)
 
-    class Train(nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model, self.loss = model, nn.CrossEntropyLoss()
-            self.add_optimizer(opt)
-
-        def build(self, x, y):
-            loss = self.loss(self.model(x), y)
-            loss.backward()
-            return loss
-
-    graph, rng = Train(), np.random.RandomState(1)
+    graph, rng = TrainGraph(model, nn.CrossEntropyLoss(), opt, SimpleNamespace(plan="dp")), np.random.RandomState(1)
     split = [flow.sbp.split(0)] * nd
     losses = []
     for _ in range(steps):
