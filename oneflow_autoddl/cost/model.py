@@ -15,6 +15,7 @@ from .cluster import Cluster, MeshMapping, map_mesh
 from .collectives import Transfer
 
 INFEASIBLE = 1e30  # seconds: a transition OneFlow cannot perform
+NO_TRANSFER = Transfer(0.0, 0.0)
 
 
 class CostModel:
@@ -42,6 +43,8 @@ class CostModel:
 
     def transfer(self, src: NdSbp, dst: NdSbp, shape: Sequence[int], dtype: str) -> Transfer:
         """Boxing from src to dst of one tensor on the planned mesh, per device."""
+        if src == dst:
+            return NO_TRANSFER
         key = (src, dst, tuple(shape), dtype)
         hit = self._cache.get(key)
         if hit is None:
