@@ -116,7 +116,10 @@ def test_presets_load_and_state_their_sources():
     (("links", "inter_node", "latency"), -1e-6, "'links.inter_node.latency' must be >= 0"),
     (("device", "memory_bytes"), 0, "'device.memory_bytes' must be > 0"),
     (("backend",), "mpi", "'backend' must be one of"),
-    (("device", "flops"), {"float16": 1e12}, "'device.flops.float32' is missing")])
+    (("device", "flops"), {"float16": 1e12}, "'device.flops.float32' is missing"),
+    (("device", "kernel_bandwidth"), {"softmax": 1e9}, "'device.kernel_bandwidth.softmax' is not a kernel kind"),
+    (("device", "kernel_bandwidth"), {"reduce": -1}, "'device.kernel_bandwidth.reduce' must be > 0"),
+    (("device", "op_overhead"), -1e-6, "'device.op_overhead' must be >= 0")])
 def test_bad_cluster_fields_are_named(path, value, message):
     data = load_cluster("dgx-a100").to_json()
     node = data
@@ -180,6 +183,31 @@ def test_elementwise_time_is_bytes_over_memory_bandwidth():
     g = kit.graph()
     t = op_time(cluster(), g, g.op("r"), Signature({"x_0": (S(0),), "y_0": (S(0),)}))
     assert t == pytest.approx(2 * 32 * 1024 * 4 / 1e12)
+
+
+def _with_kernels(**bandwidth):
+    data = cluster().to_json()
+    data["device"].update(kernel_bandwidth=bandwidth, op_overhead=1e-4)
+    return cluster_from_json(data)
+
+
+def test_slow_kernel_kinds_run_at_their_own_bandwidth_plus_the_cost_per_op():
+    """OneFlow 0.9.0 on CPU: x * (n, 1) ~100x, bias_add over NCHW channels alike, below a plain pass."""
+    kit = Kit((2,))
+    x, col, bias = kit.input("x", (64, 1024)), kit.input("col", (64, 1)), kit.input("b", (1024,))
+    kit.op("inner", "broadcast_mul", {"x_0": x, "y_0": col}, {"z_0": (64, 1024)})
+    kit.op("rows", "broadcast_add", {"x_0": x, "y_0": bias}, {"z_0": (64, 1024)})
+    img, chan = kit.input("img", (8, 16, 4, 4)), kit.input("c", (16,))
+    kit.op("nchw", "bias_add", {"a_0": img, "b_0": chan}, {"out_0": (8, 16, 4, 4)}, axis=1)
+    g = kit.graph()
+    c = _with_kernels(inner_broadcast=1e9)
+    split = Signature({"x_0": (S(0),), "y_0": (S(0),), "z_0": (S(0),)})
+    assert op_time(c, g, g.op("inner"), split) == pytest.approx(1e-4 + (2 * 32 * 1024 + 32) * 4 / 1e9)
+    by_row = Signature({"x_0": (S(0),), "y_0": (B,), "z_0": (S(0),)})
+    assert op_time(c, g, g.op("rows"), by_row) == pytest.approx(1e-4 + (2 * 32 * 1024 + 1024) * 4 / 1e12)
+    nchw = Signature({"a_0": (S(0),), "b_0": (B,), "out_0": (S(0),)})
+    assert op_time(c, g, g.op("nchw"), nchw) == pytest.approx(1e-4 + (2 * 4 * 256 + 16) * 4 / 1e9)
+    assert op_time(cluster(), g, g.op("inner"), split) == pytest.approx((2 * 32 * 1024 + 32) * 4 / 1e12)
 
 
 def test_variable_memory_is_its_shard():

@@ -17,6 +17,11 @@ from ..mesh import Mesh, format_mesh, mesh_size
 
 PRESET_DIR = os.path.join(os.path.dirname(__file__), "presets")
 BACKENDS = ("nccl", "oneflow-cpu")
+# Kernels that run far below memory bandwidth on some backend (OneFlow 0.9.0's CPU kernels,
+# measured by `calibrate`): broadcasting an operand along the output's innermost axis (a
+# LayerNorm's per-row statistics, bias_add over NCHW channels), reductions, and activations
+# with transcendental functions. A cluster file may give each its own bandwidth.
+KERNEL_KINDS = ("inner_broadcast", "reduce", "transcendental")
 
 
 class ClusterError(ValueError):
@@ -42,6 +47,8 @@ class Cluster:
     intra: Link
     inter: Link
     source: str
+    kernel_bandwidth: Mapping[str, float] = None  # KERNEL_KINDS -> bytes/s; absent: memory_bandwidth
+    op_overhead: float = 0.0  # seconds every op costs, whatever its size (scheduling, launch)
 
     @property
     def devices(self) -> int:
@@ -50,12 +57,16 @@ class Cluster:
     def flops_for(self, dtype: str) -> float:
         return self.flops.get(dtype) or self.flops["float32"]
 
+    def bandwidth_for(self, kind: Optional[str]) -> float:
+        return (self.kernel_bandwidth or {}).get(kind) or self.memory_bandwidth
+
     def to_json(self) -> Dict[str, Any]:
         return {
             "name": self.name, "backend": self.backend, "nodes": self.nodes,
             "devices_per_node": self.devices_per_node, "source": self.source,
             "device": {"name": self.device_name, "memory_bytes": self.memory_bytes,
-                       "flops": dict(self.flops), "memory_bandwidth": self.memory_bandwidth},
+                       "flops": dict(self.flops), "memory_bandwidth": self.memory_bandwidth,
+                       "kernel_bandwidth": dict(self.kernel_bandwidth or {}), "op_overhead": self.op_overhead},
             "links": {
                 "intra_node": {"bandwidth_per_device": self.intra.bandwidth, "latency": self.intra.latency},
                 "inter_node": {"bandwidth_per_node": self.inter.bandwidth * self.devices_per_node,
@@ -99,6 +110,13 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
         raise ClusterError("cluster field 'device.flops.float32' is missing")
     for dtype in flops:
         _field(data, f"device.flops.{dtype}")
+    kernels = _field(data, "device.kernel_bandwidth", Mapping) if "kernel_bandwidth" in data.get("device", {}) else {}
+    for kind in kernels:
+        if kind not in KERNEL_KINDS:
+            raise ClusterError(f"cluster field 'device.kernel_bandwidth.{kind}' is not a kernel kind: "
+                               f"use {', '.join(KERNEL_KINDS)}")
+        _field(data, f"device.kernel_bandwidth.{kind}")
+    overhead = _field(data, "device.op_overhead", positive=False) if "op_overhead" in data.get("device", {}) else 0.0
     dpn = _field(data, "devices_per_node", int)
     return Cluster(
         name=_field(data, "name", str), backend=backend, nodes=_field(data, "nodes", int),
@@ -109,7 +127,8 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
                    _field(data, "links.intra_node.latency", positive=False)),
         inter=Link(_field(data, "links.inter_node.bandwidth_per_node") / dpn,
                    _field(data, "links.inter_node.latency", positive=False)),
-        source=_field(data, "source", str),
+        source=_field(data, "source", str), kernel_bandwidth={k: float(v) for k, v in kernels.items()},
+        op_overhead=overhead,
     )
 
 

@@ -1,14 +1,17 @@
 """Compute time and memory of one op under one signature, on one device's share of the data.
 
 Time is a roofline: the larger of FLOPs / peak rate (matmul and conv families, whose
-rules give their FLOPs) and bytes read + written / memory bandwidth (everything else).
+rules give their FLOPs) and bytes read + written / memory bandwidth (everything else),
+the bandwidth of the op's kernel kind where the cluster gives one (OneFlow's CPU kernels
+for inner broadcasts, reductions and GELU run far below a plain elementwise pass), plus the
+cluster's fixed cost per op.
 Work is taken on the local shapes, so an op under B does the full, replicated work.
 """
 import math
 from typing import Dict, Tuple
 
 from ..ir import DTYPE_BYTES, Graph, Op
-from ..rules import get_rule, has_rule
+from ..rules import OpView, get_rule, has_rule
 from ..sbp import NdSbp, Signature
 from .cluster import Cluster
 
@@ -45,13 +48,14 @@ def blob_bytes(graph: Graph, op: Op, bn: str, nd: NdSbp, hierarchy) -> float:
 def op_time(cluster: Cluster, graph: Graph, op: Op, sig: Signature) -> float:
     hierarchy = op.placement.hierarchy
     io_bytes = sum(blob_bytes(graph, op, bn, nd, hierarchy) for bn, nd in sig.items())
-    memory_time = io_bytes / cluster.memory_bandwidth
     rule = get_rule(op.type) if has_rule(op.type) else None
+    kind = rule.kernel_kind(OpView(graph, op, 1)) if rule is not None and rule.kernel is not None else None
+    memory_time = io_bytes / cluster.bandwidth_for(kind)
     if rule is None or rule.flops is None:
-        return memory_time
+        return cluster.op_overhead + memory_time
     dtype = graph.tensor(next(iter(op.outputs.values()))).dtype if op.outputs else "float32"
     flops = rule.flops(op.attrs, local_shapes(graph, op, sig, hierarchy))
-    return max(flops / cluster.flops_for(dtype), memory_time)
+    return cluster.op_overhead + max(flops / cluster.flops_for(dtype), memory_time)
 
 
 def op_memory(graph: Graph, op: Op, sig: Signature) -> float:

@@ -1,7 +1,7 @@
 """Broadcasting binary ops, broadcast_like and bias_add (math_binary_broadcast_ops,
 broadcast_div_grad_op, broadcast_like_op, bias_add_op at v0.9.0)."""
 from ..sbp import B, P, S
-from .registry import rule
+from .registry import inner_broadcast, rule
 
 _PARTIAL = {
     "broadcast_add": [("P", "P")], "broadcast_sub": [("P", "P")],
@@ -10,7 +10,7 @@ _PARTIAL = {
 _SBP = {"P": P, "B": B}
 
 
-@rule(*_PARTIAL)
+@rule(*_PARTIAL, kernel=inner_broadcast)
 def broadcast_binary(v):
     x, y = v.shape("x_0"), v.shape("y_0")
     nx, ny = len(x), len(y)
@@ -55,7 +55,7 @@ def _regular_axes(axes, ndim):
     return {a + ndim if a < 0 else a for a in axes}
 
 
-@rule("broadcast_like")
+@rule("broadcast_like", kernel=inner_broadcast)
 def broadcast_like(v):
     nlike, nx = v.ndim("like_0"), v.ndim("x_0")
     axes = _regular_axes(v.attr("broadcast_axes", []), nlike)
@@ -72,7 +72,12 @@ def broadcast_like(v):
     return sigs
 
 
-@rule("bias_add")
+def _bias_kernel(v):
+    """The bias repeated along the innermost axis unless it is the bias axis (NCHW: over H x W)."""
+    return "inner_broadcast" if v.attr("axis", 0) != v.ndim("a_0") - 1 and v.shape("a_0")[-1] > 1 else None
+
+
+@rule("bias_add", kernel=_bias_kernel)
 def bias_add(v):
     axis = v.attr("axis", 0)
     sigs = [{"a_0": S(i), "b_0": B, "out_0": S(i)} for i in range(v.ndim("a_0")) if i != axis]

@@ -4,7 +4,8 @@ from ..sbp import B, P
 from .registry import rule, split_each_axis
 
 
-@rule("relu", "gelu", "rsqrt", "scalar_add", "dropout", "relu_grad", "rsqrt_grad", "dropout_grad")
+@rule("relu", "rsqrt", "scalar_add", "dropout", "relu_grad", "rsqrt_grad", "dropout_grad")
+@rule("gelu", kernel="transcendental")
 def unary_split_each_axis(v):
     """SplitForEachAxis over the first input's rank; no partial-sum."""
     return split_each_axis(v, v.ndim(v.ins[0]))
@@ -15,7 +16,7 @@ def scalar_mul(v):
     return split_each_axis(v, v.ndim(v.ins[0])) + [v.all(P)]
 
 
-@rule("gelu_grad")
+@rule("gelu_grad", kernel="transcendental")
 def gelu_grad(v):
     return split_each_axis(v, v.ndim("x_0")) + [{"x_0": B, "dy_0": P, "dx_0": P}]
 

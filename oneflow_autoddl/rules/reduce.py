@@ -7,7 +7,7 @@ def _axes(v, name, ndim):
     return {a + ndim if a < 0 else a for a in v.attr(name, [])}
 
 
-@rule("reduce_sum")
+@rule("reduce_sum", kernel="reduce")
 def reduce_sum(v):
     n = v.ndim("input_tensor_0")
     axes, keep = _axes(v, "axis", n), v.attr("keepdims", False)
@@ -23,7 +23,7 @@ def reduce_sum(v):
     return sigs
 
 
-@rule("reduce_sum_like")
+@rule("reduce_sum_like", kernel="reduce")
 def reduce_sum_like(v):
     x = v.shape("x_0")
     axes = _axes(v, "axis", len(x))
@@ -41,7 +41,7 @@ def reduce_sum_like(v):
     return sigs + [{"x_0": B, "like_0": P, "y_0": B}]
 
 
-@rule("var")
+@rule("var", kernel="reduce")
 def variance(v):
     dims = set(v.attr("dim", []))
     keep = v.attr("keepdim", False)

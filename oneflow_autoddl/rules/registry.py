@@ -8,7 +8,7 @@ axes splitting it). A new op type is one decorated function in one module of thi
 """
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..ir import Graph, Op
 from ..sbp import B, NdSbp, S, Sbp, Signature, evenly_split, local_shape, product_signature
@@ -46,6 +46,9 @@ class OpView:
 
 
 RuleFn = Callable[[OpView], List[OneD]]
+# The kernel kind of an op (cost.cluster.KERNEL_KINDS) where it runs below memory bandwidth:
+# a kind, or a function of the op's view deciding it from shapes and attributes.
+KernelFn = Callable[[OpView], Optional[str]]
 # FLOPs of one device's share: (op attrs, blob name -> local shape) -> floating-point operations.
 FlopsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
 
@@ -59,20 +62,35 @@ class Rule:
     # OneFlow fixes this op's signature by itself (attr-driven n-D inference): never re-plan it.
     fixed: bool = False
     flops: Optional[FlopsFn] = None
+    kernel: Union[str, KernelFn, None] = None
+
+    def kernel_kind(self, v: OpView) -> Optional[str]:
+        return self.kernel(v) if callable(self.kernel) else self.kernel
 
 
 _RULES: Dict[str, Rule] = {}
 
 
-def rule(*op_types: str, same_sbp: Sequence[str] = (), fixed: bool = False, flops: Optional[FlopsFn] = None):
-    """Register `fn` as the 1-D SBP rule (and, for compute-bound ops, the FLOPs) of `op_types`."""
+def rule(*op_types: str, same_sbp: Sequence[str] = (), fixed: bool = False, flops: Optional[FlopsFn] = None,
+         kernel: Union[str, KernelFn, None] = None):
+    """Register `fn` as the 1-D SBP rule (and, for compute-bound ops, the FLOPs; for slow
+    kernels, their kind) of `op_types`."""
     def register(fn: RuleFn) -> RuleFn:
         for t in op_types:
             if t in _RULES:
                 raise ValueError(f"op type {t!r} has two rules")
-            _RULES[t] = Rule(fn, tuple(same_sbp), fixed, flops)
+            _RULES[t] = Rule(fn, tuple(same_sbp), fixed, flops, kernel)
         return fn
     return register
+
+
+def inner_broadcast(v: OpView) -> Optional[str]:
+    """An input repeated along the output's innermost axis (x * (n, 1)): OneFlow 0.9.0's CPU
+    kernel for it runs ~100x below a plain elementwise pass (calibrate measures it)."""
+    out = v.shape(v.outs[0])
+    if not out or out[-1] == 1:
+        return None
+    return "inner_broadcast" if any(not v.shape(bn) or v.shape(bn)[-1] == 1 for bn in v.ins) else None
 
 
 def split_each_axis(v: OpView, ndim: int, bns: Optional[Sequence[str]] = None) -> List[OneD]:
