@@ -20,10 +20,11 @@ from .cost.model import CostModel
 from .ir import Graph
 from .mesh import format_mesh
 from .plan import OpEntry, Plan, Predicted, signature_texts
+from .remesh import remesh
 from .search import baselines
 from .search.descent import Descent
 from .search.problem import Problem
-from .sbp import format_nd
+from .sbp import Signature, format_nd
 from .search.units import PlanningError
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class Planner:
     def __init__(self, graph: Graph, cluster: Cluster, hold: Optional[Dict[str, str]] = None, tie: bool = True,
                  ranks_per_node: Optional[int] = None):
         self.graph, self.cluster = graph, cluster
+        self.hold, self.tie, self.ranks_per_node = hold, tie, ranks_per_node
         self.mesh = graph.main_placement()
         self.model = CostModel(cluster, self.mesh.hierarchy, self.mesh.ranks, ranks_per_node)
         self.problem = Problem(graph, self.model, hold=hold, tie=tie)
@@ -63,13 +65,39 @@ class Planner:
     def min_memory(self) -> float:
         return float(sum(m.min() for m in self.problem.memory))
 
+    def _exact(self, x: Sequence[int], weight: float) -> float:
+        """The step time as evaluated tensor by tensor (the factors may count a boxing that
+        consumers in different runs share more than once), plus the memory price."""
+        return self.problem.step_time(x) + weight * self.problem.memory_of(x)
+
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
         """One sweep of the small groups from every seed, then descent to convergence (all groups)
-        from the best FINALISTS."""
+        from the best FINALISTS; the best of those and of the seeds themselves, evaluated exactly."""
         d = Descent(self.problem, memory_weight=weight)
         cost = lambda x: self.problem.objective(x, weight)  # noqa: E731
         swept = sorted((d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts), key=cost)
-        return min((d.run(x) for x in swept[:FINALISTS]), key=cost)
+        done = [d.run(x) for x in swept[:FINALISTS]]
+        return min(done + swept + list(starts), key=lambda x: self._exact(x, weight))
+
+    def flattened(self) -> Optional[List[int]]:
+        """On an n-D mesh whose axes all run over the same links, the best plan for the 1-D mesh
+        of the same devices with each SBP repeated on every axis (S(0) over 4 devices is
+        (S(0), S(0)) over 2 x 2): a seed the descent does not reach from the others, since it
+        moves one group at a time. None where the axes' links differ (a 1-D mesh across nodes
+        is held to the slowest link), where user SBP is held, or where it is not a candidate."""
+        axes = self.model.mapping.axes
+        if len(axes) < 2 or self.hold or len({(a.link, a.crosses_nodes) for a in axes}) > 1:
+            return None
+        flat = Planner(remesh(self.graph, (self.mesh.size,), self.mesh.ranks), self.cluster, tie=self.tie,
+                       ranks_per_node=self.ranks_per_node)
+        x, _ = flat.search()
+        lifted = {}
+        for name, op in self.graph.ops.items():
+            sig = flat.problem.signature(name, x)
+            if op.placement == self.mesh:
+                sig = Signature({bn: nd * len(axes) for bn, nd in sig.items()})
+            lifted[name] = sig
+        return self.problem.assignment_of(lifted)
 
     def search(self, memory_limit: Optional[float] = None) -> Tuple[List[int], Dict[str, List[int]]]:
         """(best assignment, baseline assignments)."""
@@ -81,7 +109,8 @@ class Planner:
                 f"no plan fits {_gib(memory_limit)} per device on mesh {format_mesh(self.mesh.hierarchy)}: "
                 f"the leanest plan needs {_gib(need)} (parameters, gradients, optimizer state and kept "
                 f"activations, split as far as the rules allow); give more memory or a larger mesh")
-        best = self._descend(list(starts.values()), 0.0)
+        flat = self.flattened()
+        best = self._descend(list(starts.values()) + ([flat] if flat is not None else []), 0.0)
         if memory_limit is None or p.memory_of(best) <= memory_limit:
             return best, starts
         return self._fit_memory(best, starts, memory_limit), starts

@@ -10,6 +10,7 @@ from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.models import build_gpt
 from oneflow_autoddl.planner import Planner, plan
+from oneflow_autoddl.remesh import remesh
 from oneflow_autoddl.search import baselines
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
 from oneflow_autoddl.search.problem import Problem
@@ -189,3 +190,16 @@ def test_unknown_op_is_left_to_oneflow_and_named(cpu, caplog):
     assert result.unplanned_ops["m-my_custom_op-1"]["type"] == "my_custom_op"
     assert "my_custom_op" in caplog.text
     assert "m.fc-matmul-2" in result.ops
+
+
+def test_the_flat_plan_seeds_meshes_whose_axes_share_links(cpu):
+    """On 2 x 2 CPU ranks the 1-D plan for 4, each SBP repeated per axis, costs what it costs on 4,
+    and the plan is no worse; where the axes cross different links there is no such seed."""
+    g = build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu")
+    planner = Planner(g, cpu)
+    lifted = planner.flattened()
+    flat = Planner(remesh(g, (4,)), cpu)
+    on_four = flat.problem.evaluate(flat.search()[0]).step_time
+    assert planner.problem.evaluate(lifted).step_time == pytest.approx(on_four, rel=1e-9)
+    assert planner.problem.evaluate(planner.search()[0]).step_time <= on_four * (1 + 1e-9)
+    assert Planner(build_gpt(2, 64, 4, 8, 64, 16, (2, 8)), load_cluster("dgx-a100")).flattened() is None
