@@ -92,11 +92,12 @@ class Planner:
                        ranks_per_node=self.ranks_per_node)
         x, _ = flat.search()
         lifted = {}
-        for name, op in self.graph.ops.items():
-            sig = flat.problem.signature(name, x)
-            if op.placement == self.mesh:
-                sig = Signature({bn: nd * len(axes) for bn, nd in sig.items()})
-            lifted[name] = sig
+        for unit in self.problem.units:
+            for name in unit.ops if unit.fixed is None else ():  # fixed ones keep what OneFlow gave them
+                sig = flat.problem.signature(name, x)
+                if self.graph.op(name).placement == self.mesh:
+                    sig = Signature({bn: nd * len(axes) for bn, nd in sig.items()})
+                lifted[name] = sig
         return self.problem.assignment_of(lifted)
 
     def search(self, memory_limit: Optional[float] = None) -> Tuple[List[int], Dict[str, List[int]]]:
