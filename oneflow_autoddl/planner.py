@@ -30,7 +30,7 @@ from .search.units import PlanningError
 log = logging.getLogger(__name__)
 
 PENALTY_ROUNDS = 12  # memory price x8 a round until the plan fits
-BISECTIONS = 4  # then halve the interval back towards the cheapest price that fits
+BISECTIONS = 2  # then halve the interval back towards the cheapest price that fits
 FINALISTS = 2
 TRANSFERS_KEPT = 50  # the costliest boxings a plan lists
 SEED_GROUP = 32  # largest group the first sweep from every seed solves

@@ -56,11 +56,13 @@ class Descent:
         self.problem = problem
         self.unary = problem.unary(memory_weight)
         self.memory_weight = memory_weight
-        scoped = [g for g in scope_groups(problem) if self._solvable(g)]
-        covered = [set(g) for g in scoped]
-        extra = [g for g in neighbour_groups(problem)
-                 if not any(set(g) <= c for c in covered) and self._solvable(g)]
-        self.groups = scoped + extra
+        if problem.descent_groups is None:  # structure only: the same for every memory price
+            scoped = [g for g in scope_groups(problem) if self._solvable(g)]
+            covered = [set(g) for g in scoped]
+            extra = [g for g in neighbour_groups(problem)
+                     if not any(set(g) <= c for c in covered) and self._solvable(g)]
+            problem.descent_groups = scoped + extra
+        self.groups = problem.descent_groups
         self.steps = 0
 
     def _solvable(self, group: Sequence[int]) -> bool:

@@ -80,6 +80,7 @@ class Problem:
         self._make_unary()
         self._make_ends()
         self.factors: List[Factor] = self._make_factors()
+        self.descent_groups: Optional[List[List[int]]] = None  # search.descent fills it once
         self.factors_of: List[List[int]] = [[] for _ in self.var_units]
         for i, f in enumerate(self.factors):
             for v in set(f.vars):
