@@ -8,7 +8,7 @@ import os
 import statistics
 import tempfile
 
-from bench import on_ranks, show, write_json
+from bench import run_on_ranks, show, write_json
 
 
 def main():
@@ -20,7 +20,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         examples = [(name, ["--mesh", "2x2", "--steps", str(args.steps), "--quiet", "--json", os.path.join(d, name)])
                     for name in ("gpt", "vgg")]
-        on_ranks("rank_examples:run", "2x2", examples=examples)
+        run_on_ranks("rank_examples:run", 4, timeout=1800, examples=examples)  # tests/rank_examples.py
         for name, _ in examples:
             with open(os.path.join(d, name)) as f:
                 out = json.load(f)

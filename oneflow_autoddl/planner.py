@@ -17,7 +17,7 @@ from .cost.bounds import graph_bound_bytes
 from .cost.cluster import Cluster, load_cluster
 from .cost.compute import blob_bytes
 from .cost.model import CostModel
-from .ir import Graph
+from .ir import Graph, GraphError
 from .mesh import format_mesh
 from .plan import OpEntry, Plan, Predicted, signature_texts
 from .remesh import remesh
@@ -84,12 +84,16 @@ class Planner:
         of the same devices with each SBP repeated on every axis (S(0) over 4 devices is
         (S(0), S(0)) over 2 x 2): a seed the descent does not reach from the others, since it
         moves one group at a time. None where the axes' links differ (a 1-D mesh across nodes
-        is held to the slowest link), where user SBP is held, or where it is not a candidate."""
+        is held to the slowest link), where user SBP is held, where the batch does not divide
+        the devices, or where it is not a candidate."""
         axes = self.model.mapping.axes
         if len(axes) < 2 or self.hold or len({(a.link, a.crosses_nodes) for a in axes}) > 1:
             return None
-        flat = Planner(remesh(self.graph, (self.mesh.size,), self.mesh.ranks), self.cluster, tie=self.tie,
-                       ranks_per_node=self.ranks_per_node)
+        try:
+            graph = remesh(self.graph, (self.mesh.size,), self.mesh.ranks)
+        except GraphError:  # the batch does not split over all devices: no 1-D data parallelism
+            return None
+        flat = Planner(graph, self.cluster, tie=self.tie, ranks_per_node=self.ranks_per_node)
         x, _ = flat.search()
         lifted = {}
         for unit in self.problem.units:

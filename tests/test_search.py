@@ -203,3 +203,9 @@ def test_the_flat_plan_seeds_meshes_whose_axes_share_links(cpu):
     assert planner.problem.evaluate(lifted).step_time == pytest.approx(on_four, rel=1e-9)
     assert planner.problem.evaluate(planner.search()[0]).step_time <= on_four * (1 + 1e-9)
     assert Planner(build_gpt(2, 64, 4, 8, 64, 16, (2, 8)), load_cluster("dgx-a100")).flattened() is None
+
+
+def test_no_flat_seed_when_the_batch_does_not_split_over_every_device():
+    """16 x 64 Piz Daint nodes share one network, but a batch of 16 splits over axis 0 only."""
+    graph = build_gpt(2, 64, 4, 8, 64, 16, (16, 64))
+    assert Planner(graph, load_cluster("piz-daint")).flattened() is None
