@@ -46,7 +46,7 @@ def seeds(problem: Problem) -> Dict[str, List[int]]:
     native = baselines.native(problem)
     if native is not None:
         out["native"] = native
-    else:
+    elif any(op.native is not None for op in problem.graph.ops.values() if op.role != "io"):
         log.info("OneFlow's own signatures are not all among the candidates; not used as a seed")
     return out
 
