@@ -4,8 +4,8 @@
 
 On 4 CPU ranks of this machine, for the examples' GPT and VGG models at sizes where
 communication is a large part of a step: median step time and bytes sent per rank per
-step (wchar), measured side by side in one run, the predicted ones, and each as a ratio
-to data parallel. Then, per model and mesh, whether the plans' order by predicted step
+step (wchar), measured side by side in one run (each plan timed in two blocks, in the
+order given and in reverse), the predicted ones, and each as a ratio to data parallel. Then, per model and mesh, whether the plans' order by predicted step
 time is the order measured (the cpu-local cluster file is this machine's calibration).
 """
 import argparse

@@ -45,8 +45,13 @@ def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
 
 def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch: int = 8, sizes=None,
             cluster: str = "cpu-local", optimizer: str = "default"):
-    """For each plan: median step time, bytes sent per step by this rank, and what was predicted."""
-    rows = []
+    """For each plan: median step time, bytes sent per step by this rank, and what was predicted.
+
+    The plans' graphs are all built first, then timed in blocks of `steps` steps in the order
+    given and again in reverse (A B C D D C B A), so that a drift in the machine's load
+    weighs on every plan alike; each block starts with one untimed step. Bytes are counted
+    in the first pass (they are the same in every step)."""
+    built = {}
     for plan in plans:
         note = ""
         if plan == "native":
@@ -55,16 +60,26 @@ def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch
             graph, inputs = rank_models.build(model, mesh, plan=plan, batch=batch, optimizer=optimizer, sizes=sizes,
                                               cluster=cluster)
         losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
-        before, times = wchar(), []
-        for _ in range(steps):
-            start = time.perf_counter()
+        built[plan] = (graph, inputs, note, losses)
+    times, sent = {plan: [] for plan in plans}, {}
+    for order in (list(plans), list(reversed(plans))):
+        for plan in order:
+            graph, inputs, _, losses = built[plan]
             losses.append(float(graph(*inputs).numpy()))
-            times.append(time.perf_counter() - start)
-        sent = (wchar() - before) / steps
+            before = wchar()
+            for _ in range(steps):
+                start = time.perf_counter()
+                losses.append(float(graph(*inputs).numpy()))
+                times[plan].append(time.perf_counter() - start)
+            sent.setdefault(plan, (wchar() - before) / steps)
+    rows = []
+    for plan in plans:
+        graph, _, note, losses = built[plan]
         predicted = oneflow_autoddl.plan_of(graph) or describe(read_job(graph._full_graph_proto), cluster)
         rows.append({"model": model, "mesh": mesh, "plan": plan, "rank": flow.env.get_rank(),
-                     "measured_bytes": sent, "predicted_bytes": predicted.predicted.bytes_per_device,
-                     "measured_step_s": statistics.median(times), "predicted_step_s": predicted.predicted.step_time_s,
+                     "measured_bytes": sent[plan], "predicted_bytes": predicted.predicted.bytes_per_device,
+                     "measured_step_s": statistics.median(times[plan]),
+                     "predicted_step_s": predicted.predicted.step_time_s,
                      "losses": losses, "search_time_s": getattr(predicted, "search_time_s", None), "note": note})
     return rows
 
