@@ -1,7 +1,7 @@
 """plan(graph, cluster): the search end to end, and the Plan it returns.
 
-Seeds (data parallel, Megatron-style, ZeRO-style, everything replicated, OneFlow's own
-choice when the graph came from a Job) each get one sweep of coordinate descent; the two
+Seeds (data parallel, Megatron-style, ZeRO-style, everything replicated, OneFlow's greedy
+inference when the graph came from a Job) each get one sweep of coordinate descent; the two
 best then descend to convergence, and the cheapest result within the memory limit wins. When the fastest plans do not fit, a memory
 penalty is raised until one does; when no plan can fit, the error says how much memory
 the leanest plan needs.
@@ -45,7 +45,7 @@ def seeds(problem: Problem) -> Dict[str, List[int]]:
     out["replicated"] = baselines.replicated(problem)
     native = baselines.native(problem)
     if native is not None:
-        out["native"] = native
+        out["oneflow_inference"] = native  # OneFlow's greedy SBP inference, not its auto-parallel pass
     elif any(op.native is not None for op in problem.graph.ops.values() if op.role != "io"):
         log.info("OneFlow's own signatures are not all among the candidates; not used as a seed")
     return out
