@@ -61,6 +61,7 @@ class Planner:
         self.mesh = graph.main_placement()
         self.model = CostModel(cluster, self.mesh.hierarchy, self.mesh.ranks, ranks_per_node)
         self.problem = Problem(graph, self.model, hold=hold, tie=tie)
+        self._groups: Optional[List[List[int]]] = None  # the descent's, found once
 
     def min_memory(self) -> float:
         return float(sum(m.min() for m in self.problem.memory))
@@ -73,7 +74,8 @@ class Planner:
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
         """One sweep of the small groups from every seed, then descent to convergence (all groups)
         from the best FINALISTS; the best of those and of the seeds themselves, evaluated exactly."""
-        d = Descent(self.problem, memory_weight=weight)
+        d = Descent(self.problem, memory_weight=weight, groups=self._groups)
+        self._groups = d.groups
         cost = lambda x: self.problem.objective(x, weight)  # noqa: E731
         swept = sorted((d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts), key=cost)
         done = [d.run(x) for x in swept[:FINALISTS]]

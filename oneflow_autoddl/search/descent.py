@@ -52,17 +52,19 @@ def neighbour_groups(problem: Problem) -> List[List[int]]:
 
 
 class Descent:
-    def __init__(self, problem: Problem, memory_weight: float = 0.0):
+    def __init__(self, problem: Problem, memory_weight: float = 0.0, groups: Optional[List[List[int]]] = None):
+        """`groups`: those of an earlier Descent of the same problem (they depend on its structure
+        only, not on the memory price), so that they are not found again."""
         self.problem = problem
         self.unary = problem.unary(memory_weight)
         self.memory_weight = memory_weight
-        if problem.descent_groups is None:  # structure only: the same for every memory price
+        if groups is None:
             scoped = [g for g in scope_groups(problem) if self._solvable(g)]
             covered = [set(g) for g in scoped]
             extra = [g for g in neighbour_groups(problem)
                      if not any(set(g) <= c for c in covered) and self._solvable(g)]
-            problem.descent_groups = scoped + extra
-        self.groups = problem.descent_groups
+            groups = scoped + extra
+        self.groups = groups
         self.steps = 0
 
     def _solvable(self, group: Sequence[int]) -> bool:

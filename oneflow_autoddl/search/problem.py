@@ -80,7 +80,6 @@ class Problem:
         self._make_unary()
         self._make_ends()
         self.factors: List[Factor] = self._make_factors()
-        self.descent_groups: Optional[List[List[int]]] = None  # search.descent fills it once
         self.factors_of: List[List[int]] = [[] for _ in self.var_units]
         for i, f in enumerate(self.factors):
             for v in set(f.vars):
@@ -161,9 +160,7 @@ class Problem:
         key = (e.var, e.pos, e.bn)
         ids = self._sbp_ids.get(key)
         if ids is None:
-            ids = np.array([self._sbp_vocab.setdefault(self.sbp_at(e, k), len(self._sbp_vocab))
-                            for k in range(self.domain[e.var])])
-            self._sbp_ids[key] = ids
+            ids = self._sbp_ids[key] = self._ids(e, self._sbp_vocab)
         return ids
 
     def sbp_at(self, e: Endpoint, k: int) -> NdSbp:
