@@ -84,7 +84,9 @@ def _plan(args) -> int:
 def _calibrate(args) -> int:
     from .launch import run_module
     command = f"python -m oneflow_autoddl calibrate --nproc {args.nproc} --out {args.out}"
-    return run_module("oneflow_autoddl.adapter.calibrate", args.nproc, [os.path.abspath(args.out), command])
+    command += f" --repeats {args.repeats}" if args.repeats else ""
+    return run_module("oneflow_autoddl.adapter.calibrate", args.nproc,
+                      [os.path.abspath(args.out), str(args.repeats or ""), command])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -121,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure CPU ranks of this machine and write a cluster JSON")
     cal.add_argument("--nproc", type=int, default=4, help="ranks to measure at once")
     cal.add_argument("--out", default=os.path.join(PRESET_DIR, "cpu-local.json"))
+    cal.add_argument("--repeats", type=int, help="steps timed per measurement, the median kept (fewer: quicker, noisier)")
     cal.set_defaults(run=_calibrate)
     return parser
 

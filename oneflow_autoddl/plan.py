@@ -23,12 +23,13 @@ class Predicted:
     step_time_s: float
     compute_time_s: float
     comm_time_s: float
+    exposed_comm_s: float  # of comm_time_s, what compute waits for (the rest overlaps it)
     bytes_per_device: float
     memory_per_device: float
 
     @classmethod
     def of(cls, breakdown) -> "Predicted":
-        return cls(breakdown.step_time, breakdown.compute_time, breakdown.comm_time,
+        return cls(breakdown.step_time, breakdown.compute_time, breakdown.comm_time, breakdown.exposed_comm_time,
                    breakdown.bytes_per_device, breakdown.memory_per_device)
 
 

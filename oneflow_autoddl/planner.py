@@ -67,9 +67,11 @@ class Planner:
         return float(sum(m.min() for m in self.problem.memory))
 
     def _exact(self, x: Sequence[int], weight: float) -> float:
-        """The step time as evaluated tensor by tensor (the factors may count a boxing that
-        consumers in different runs share more than once), plus the memory price."""
-        return self.problem.step_time(x) + weight * self.problem.memory_of(x)
+        """The predicted step time, plus the memory price. The descent lowers the factors' sum
+        of compute and boxing; its results are compared by what a step takes with boxing
+        overlapping compute (cost.schedule), evaluated tensor by tensor (the factors may also
+        count a boxing that consumers in different runs share more than once)."""
+        return self.problem.evaluate(x).step_time + weight * self.problem.memory_of(x)
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
         """One sweep of the small groups from every seed, then descent to convergence (all groups)
@@ -140,7 +142,7 @@ class Planner:
             mid = (lo + hi) / 2
             x = self._descend([fit, best], mid)
             if p.memory_of(x) <= limit:
-                hi, fit = mid, x if p.objective(x) < p.objective(fit) else fit
+                hi, fit = mid, x if self._exact(x, 0.0) < self._exact(fit, 0.0) else fit
             else:
                 lo = mid
         log.info("memory limit %s: plan uses %s (unconstrained best %s)", _gib(limit), _gib(p.memory_of(fit)),

@@ -1,4 +1,5 @@
 """Cost model: transitions by hand and against OneFlow's formulas, clusters, meshes, compute, memory."""
+import itertools
 import json
 
 import pytest
@@ -8,7 +9,9 @@ from oneflow_autoddl.cost.boxing import MESSAGE_OVERHEAD, nccl_axis_cost, oneflo
 from oneflow_autoddl.cost.cluster import ClusterError, Link, cluster_from_json, load_cluster, map_mesh, preset_names
 from oneflow_autoddl.cost.compute import op_memory, op_time
 from oneflow_autoddl.cost.model import CostModel
+from oneflow_autoddl.cost.schedule import overlapped
 from oneflow_autoddl.sbp import B, S, Signature, parse_nd
+from oneflow_autoddl.search.problem import Problem
 
 T = 4 * 2 ** 20  # bytes: the tensors measured on CPU ranks were 1M floats
 SHAPE = (4096, 256)
@@ -119,7 +122,11 @@ def test_presets_load_and_state_their_sources():
     (("device", "flops"), {"float16": 1e12}, "'device.flops.float32' is missing"),
     (("device", "kernel_bandwidth"), {"softmax": 1e9}, "'device.kernel_bandwidth.softmax' is not a kernel kind"),
     (("device", "kernel_bandwidth"), {"reduce": -1}, "'device.kernel_bandwidth.reduce' must be > 0"),
-    (("device", "op_overhead"), -1e-6, "'device.op_overhead' must be >= 0")])
+    (("device", "op_overhead"), -1e-6, "'device.op_overhead' must be >= 0"),
+    (("device", "comm_overlap"), 1.5, "'device.comm_overlap' is a fraction of the boxing time, 0 to 1"),
+    (("links", "intra_node", "collectives"), {"broadcast": {}}, "'links.intra_node.collectives.broadcast' is not a "),
+    (("links", "intra_node", "collectives"), {"all_reduce": {"latency": 0.0}},
+     "'links.intra_node.collectives.all_reduce.bandwidth_per_device' is missing")])
 def test_bad_cluster_fields_are_named(path, value, message):
     data = load_cluster("dgx-a100").to_json()
     node = data
@@ -131,6 +138,19 @@ def test_bad_cluster_fields_are_named(path, value, message):
         node[path[-1]] = value
     with pytest.raises(ClusterError, match=message.replace("(", r"\(").replace(".", r"\.")):
         cluster_from_json(data)
+
+
+def test_a_collective_with_its_own_figures_is_costed_by_them():
+    """On CPU OneFlow's boxing runs each collective at its own rate (calibrate measures them)."""
+    data = cluster("oneflow-cpu", dpn=4, nodes=1, intra=(1e9, 1e-4)).to_json()
+    data["links"]["intra_node"]["collectives"] = {"all_reduce": {"bandwidth_per_device": 0.5e9, "latency": 3e-4}}
+    c = cluster_from_json(data)
+    assert cluster_from_json(c.to_json()) == c
+    model = CostModel(c, (4,))
+    sent = 3 * (T / 4 + MESSAGE_OVERHEAD)
+    gather, reduce = (model.transfer(parse_nd(a), parse_nd(b), SHAPE, "float32") for a, b in (("S(0)", "B"), ("P", "B")))
+    assert gather.time == pytest.approx(3 * 1e-4 + sent / 1e9)
+    assert reduce.bytes == pytest.approx(2 * sent) and reduce.time == pytest.approx(6 * 3e-4 + 2 * sent / 0.5e9)
 
 
 def test_unknown_preset_and_malformed_file(tmp_path):
@@ -214,3 +234,47 @@ def test_variable_memory_is_its_shard():
     g = _matmul_kit()
     assert op_memory(g, g.op("w"), Signature({"out": (S(0),)})) == 1024 * 256 * 4 / 4
     assert op_memory(g, g.op("w"), Signature({"out": (B,)})) == 1024 * 256 * 4
+
+
+# -- a step: compute and boxing overlapped -----------------------------------------------------------
+def _two_layers():
+    """x -> a -> b -> loss, then da and db (the gradients) each boxed to its update op."""
+    k = Kit((4,))
+    x = k.input("x", (8, 8))
+    a = k.op("a", "relu", {"x_0": x}, {"y_0": (8, 8)})["y_0"]
+    b = k.op("b", "relu", {"x_0": a}, {"y_0": (8, 8)})["y_0"]
+    db = k.op("db", "relu", {"x_0": b}, {"y_0": (8, 8)})["y_0"]
+    da = k.op("da", "relu", {"x_0": db}, {"y_0": (8, 8)})["y_0"]
+    k.op("ub", "relu", {"x_0": db}, {"y_0": (8, 8)})
+    k.op("ua", "relu", {"x_0": da}, {"y_0": (8, 8)})
+    return k.graph(), db, da
+
+
+@pytest.mark.parametrize("overlap,step", [(0.0, 8.0), (0.5, 7.0), (1.0, 6.0)])
+def test_gradient_boxing_overlaps_the_backward_as_far_as_the_cluster_lets_it(overlap, step):
+    """Ops take 1 s; db and da take 1 s of boxing each before their update op (da reads db
+    unboxed). With overlap 1, db's boxing runs while da computes: the step is the compute's 6 s;
+    with none, the sum; half way (by hand): a b db 0-3, db's boxing 3-4 taking the compute
+    to 3.5, da 3.5-4.5, its boxing 4.5-5.5 (compute to 5), ub 5-6, ua 6-7."""
+    graph, db, da = _two_layers()
+    compute = {name: 1.0 for name in graph.ops if name != "x"}
+    s = overlapped(graph, compute, {db: (1.0, {"ub"}), da: (1.0, {"ua"})}, overlap)
+    assert s.step_time == pytest.approx(step)
+    assert s.exposed_comm_time == pytest.approx(step - 6)
+
+
+def test_the_step_time_a_plan_reports_is_the_overlapped_one():
+    """Without overlap a plan's step is its compute plus its boxing; with it, no more, and less where
+    compute can go on during a boxing."""
+    graph, _, _ = _two_layers()
+    data = cluster("nccl", dpn=4, nodes=1, intra=(1e3, 0.0)).to_json()
+    data["device"]["memory_bandwidth"] = 1e3  # an op and a boxing both take a fraction of a second
+    steps = {}
+    for overlap in (0.0, 1.0):
+        data["device"]["comm_overlap"] = overlap
+        problem = Problem(graph, CostModel(cluster_from_json(data), (4,)))
+        steps[overlap] = [problem.evaluate(list(x)) for x in itertools.product(*map(range, problem.domain))]
+    assert len(steps[0.0]) > 8 and all(b.step_time == pytest.approx(b.serial_time) for b in steps[0.0])
+    boxed = [b for b in steps[1.0] if b.comm_time > 0]
+    assert all(b.step_time <= b.serial_time * (1 + 1e-12) for b in boxed)
+    assert any(b.step_time < 0.9 * b.serial_time for b in boxed)  # a boxing some later compute hides

@@ -109,7 +109,7 @@ def test_factor_objective_is_the_exact_evaluation(cpu):
     rng = np.random.RandomState(0)
     for _ in range(50):
         x = [int(rng.randint(d)) for d in problem.domain]
-        assert problem.objective(x) == pytest.approx(problem.evaluate(x).step_time, rel=1e-9)
+        assert problem.objective(x) == pytest.approx(problem.evaluate(x).serial_time, rel=1e-9)
 
 
 def test_objective_of_a_training_graph_on_2x2_is_its_evaluation(cpu):
@@ -121,11 +121,11 @@ def test_objective_of_a_training_graph_on_2x2_is_its_evaluation(cpu):
     x, starts = planner.search()
     p = planner.problem
     for name, y in dict(starts, autoddl=x).items():
-        exact = p.evaluate(y).step_time
+        exact = p.evaluate(y).serial_time
         assert exact < 1.0, name
         assert exact * (1 - 1e-9) <= p.objective(y) <= exact * 1.1, name
     dp = starts["data_parallel"]
-    assert p.objective(dp) == pytest.approx(p.evaluate(dp).step_time, rel=1e-9)
+    assert p.objective(dp) == pytest.approx(p.evaluate(dp).serial_time, rel=1e-9)
 
 
 def test_search_is_deterministic(cpu):

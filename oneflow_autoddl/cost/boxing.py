@@ -29,17 +29,23 @@ from .collectives import FREE, Transfer, all_gather, all_reduce, all_to_all, red
 AxisCost = Callable[[Sbp, Sbp, float, float, int, Link], Transfer]
 
 
+def collective_of(src: Sbp, dst: Sbp) -> str:
+    """The collective (cost.cluster.COLLECTIVES) a 1-D move other than from B or to itself is."""
+    if src.kind == "S":
+        return "all_to_all" if dst.kind == "S" else "all_gather"  # S -> B, and S -> P through B
+    return "reduce_scatter" if dst.kind == "S" else "all_reduce"
+
+
+COLLECTIVE_COSTS = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,
+                    "all_to_all": all_to_all}
+
+
 def nccl_axis_cost(src: Sbp, dst: Sbp, group_bytes: float, group_elems: float, p: int, link: Link) -> Transfer:
     """Ring collectives, as OneFlow's collective boxing runs them through NCCL."""
     if src == dst or src.kind == "B":
         return FREE  # B -> S is a local slice, B -> P keeps one copy and zeros the rest
-    if src.kind == "S":
-        if dst.kind == "S":
-            return all_to_all(group_bytes, p, link)
-        return all_gather(group_bytes, p, link)  # S -> B, and S -> P through B
-    if dst.kind == "S":
-        return reduce_scatter(group_bytes, p, link)
-    return all_reduce(group_bytes, p, link)  # P -> B
+    kind = collective_of(src, dst)
+    return COLLECTIVE_COSTS[kind](group_bytes, p, link.for_collective(kind))
 
 
 def _pad(b: float, align: int = 512) -> float:
@@ -62,13 +68,15 @@ def oneflow_cpu_axis_cost(src: Sbp, dst: Sbp, group_bytes: float, group_elems: f
     """
     if src == dst or src.kind == "B":
         return FREE
-    if src.kind == "S" and dst.kind == "S":
+    kind = collective_of(src, dst)
+    if kind == "all_to_all":
         messages, piece = p - 1, group_bytes / (p * p)
-    elif src.kind == "P" and dst.kind == "B":
+    elif kind == "all_reduce":
         messages, piece = (p - 1, group_bytes) if group_elems < p else (2 * (p - 1), group_bytes / p)
-    else:  # S->B, S->P (through B), P->S
+    else:
         messages, piece = p - 1, group_bytes / p
     sent = messages * (_pad(piece) + MESSAGE_OVERHEAD)
+    link = link.for_collective(kind)
     return Transfer(sent, messages * link.latency + sent / link.bandwidth)
 
 

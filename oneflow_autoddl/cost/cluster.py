@@ -22,6 +22,10 @@ BACKENDS = ("nccl", "oneflow-cpu")
 # LayerNorm's per-row statistics, bias_add over NCHW channels), reductions, and activations
 # with transcendental functions. A cluster file may give each its own bandwidth.
 KERNEL_KINDS = ("inner_broadcast", "reduce", "transcendental")
+# The collectives behind SBP transitions (cost.boxing). A link level may give any of them its
+# own bandwidth and latency: on CPU, OneFlow's boxing moves bytes at a rate that depends on the
+# collective (its slicing, adding and socket work), measured by `calibrate`.
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 
 
 class ClusterError(ValueError):
@@ -32,6 +36,20 @@ class ClusterError(ValueError):
 class Link:
     bandwidth: float  # bytes/s one device can send at once over this link level
     latency: float  # seconds per message (alpha)
+    collectives: Tuple[Tuple[str, float, float], ...] = ()  # (COLLECTIVES kind, bandwidth, latency)
+
+    def for_collective(self, kind: str) -> "Link":
+        """This link as `kind` runs over it: its own figures where the cluster gives them."""
+        for name, bandwidth, latency in self.collectives:
+            if name == kind:
+                return Link(bandwidth, latency)
+        return self
+
+    def to_json(self, bandwidth_key: str, devices: int) -> Dict[str, Any]:
+        out: Dict[str, Any] = {bandwidth_key: self.bandwidth * devices, "latency": self.latency}
+        if self.collectives:
+            out["collectives"] = {k: {bandwidth_key: bw * devices, "latency": lat} for k, bw, lat in self.collectives}
+        return out
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,7 @@ class Cluster:
     source: str
     kernel_bandwidth: Mapping[str, float] = None  # KERNEL_KINDS -> bytes/s; absent: memory_bandwidth
     op_overhead: float = 0.0  # seconds every op costs, whatever its size (scheduling, launch)
+    comm_overlap: float = 0.0  # fraction of a boxing's time the device computes through (cost.schedule)
 
     @property
     def devices(self) -> int:
@@ -66,12 +85,10 @@ class Cluster:
             "devices_per_node": self.devices_per_node, "source": self.source,
             "device": {"name": self.device_name, "memory_bytes": self.memory_bytes,
                        "flops": dict(self.flops), "memory_bandwidth": self.memory_bandwidth,
-                       "kernel_bandwidth": dict(self.kernel_bandwidth or {}), "op_overhead": self.op_overhead},
-            "links": {
-                "intra_node": {"bandwidth_per_device": self.intra.bandwidth, "latency": self.intra.latency},
-                "inter_node": {"bandwidth_per_node": self.inter.bandwidth * self.devices_per_node,
-                               "latency": self.inter.latency},
-            },
+                       "kernel_bandwidth": dict(self.kernel_bandwidth or {}), "op_overhead": self.op_overhead,
+                       "comm_overlap": self.comm_overlap},
+            "links": {"intra_node": self.intra.to_json("bandwidth_per_device", 1),
+                      "inter_node": self.inter.to_json("bandwidth_per_node", self.devices_per_node)},
         }
 
 
@@ -98,6 +115,19 @@ def _field(data: Mapping[str, Any], path: str, kind=float, positive: bool = True
     return node
 
 
+def _link(data: Mapping[str, Any], path: str, bandwidth_key: str, devices: int) -> Link:
+    """A link level; `bandwidth_key` is per device or per node (then shared by `devices`)."""
+    kinds = _field(data, f"{path}.collectives", Mapping) if "collectives" in _field(data, path, Mapping) else {}
+    for kind in kinds:
+        if kind not in COLLECTIVES:
+            raise ClusterError(f"cluster field '{path}.collectives.{kind}' is not a collective: "
+                               f"use {', '.join(COLLECTIVES)}")
+    collectives = tuple((kind, _field(data, f"{path}.collectives.{kind}.{bandwidth_key}") / devices,
+                         _field(data, f"{path}.collectives.{kind}.latency", positive=False)) for kind in kinds)
+    return Link(_field(data, f"{path}.{bandwidth_key}") / devices, _field(data, f"{path}.latency", positive=False),
+                collectives)
+
+
 def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
     """Validate a cluster description; every error names the offending field."""
     if not isinstance(data, Mapping):
@@ -117,18 +147,19 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
                                f"use {', '.join(KERNEL_KINDS)}")
         _field(data, f"device.kernel_bandwidth.{kind}")
     overhead = _field(data, "device.op_overhead", positive=False) if "op_overhead" in data.get("device", {}) else 0.0
+    overlap = _field(data, "device.comm_overlap", positive=False) if "comm_overlap" in data.get("device", {}) else 0.0
+    if overlap > 1:
+        raise ClusterError(f"cluster field 'device.comm_overlap' is a fraction of the boxing time, 0 to 1, not {overlap!r}")
     dpn = _field(data, "devices_per_node", int)
     return Cluster(
         name=_field(data, "name", str), backend=backend, nodes=_field(data, "nodes", int),
         devices_per_node=dpn, device_name=_field(data, "device.name", str),
         memory_bytes=_field(data, "device.memory_bytes"), flops={k: float(v) for k, v in flops.items()},
         memory_bandwidth=_field(data, "device.memory_bandwidth"),
-        intra=Link(_field(data, "links.intra_node.bandwidth_per_device"),
-                   _field(data, "links.intra_node.latency", positive=False)),
-        inter=Link(_field(data, "links.inter_node.bandwidth_per_node") / dpn,
-                   _field(data, "links.inter_node.latency", positive=False)),
+        intra=_link(data, "links.intra_node", "bandwidth_per_device", 1),
+        inter=_link(data, "links.inter_node", "bandwidth_per_node", dpn),
         source=_field(data, "source", str), kernel_bandwidth={k: float(v) for k, v in kernels.items()},
-        op_overhead=overhead,
+        op_overhead=overhead, comm_overlap=overlap,
     )
 
 
