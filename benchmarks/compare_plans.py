@@ -1,13 +1,18 @@
 """AutoDDL beside data parallel, Megatron-style and OneFlow's native auto-parallel, measured in one run.
 
-    python benchmarks/compare_plans.py [--meshes 4,2x2] [--json compare.json]
+    python benchmarks/compare_plans.py [--meshes 4,2x2] [--rounds 2] [--json compare.json]
 
 On 4 CPU ranks of this machine, for the examples' GPT and VGG models at sizes where
 communication is a large part of a step: median step time and bytes sent per rank per
-step (wchar), measured side by side in one run (each plan timed in two blocks, in the
-order given and in reverse), the predicted ones, and each as a ratio to data parallel. Then, per model and mesh, whether the plans' order by predicted step
-time is the order measured (the cpu-local cluster file is this machine's calibration).
+step (wchar), measured side by side in one run (each plan timed in blocks, in the order
+given and in reverse, `--rounds` times), the predicted ones, and each as a ratio to data
+parallel. Then, per model and mesh, the plans' order by predicted and by measured step
+time (the cpu-local cluster file is this machine's calibration), and for each pair of
+plans the measurement tells apart (every block of one faster than every block of the
+other: this machine's load moves step times by tens of percent) whether the prediction
+orders it the same way.
 """
+import itertools
 import argparse
 import statistics
 
@@ -18,18 +23,19 @@ VGG = {"depth": 16, "width_mult": 0.25, "image_size": 32, "num_classes": 10}
 PLANS = ["dp", "megatron", "native", "autoddl"]
 
 
-def run(meshes, models, steps=8):
+def run(meshes, models, steps=8, rounds=2):
     rows = []
     for mesh in meshes:
         for model in models:
             sizes, batch = (GPT, 8) if model == "gpt" else (VGG, 16)
             per_rank = on_ranks("rank_bench:measure", mesh, model=model, plans=PLANS, steps=steps, batch=batch,
-                                sizes=sizes, warmup=3)
+                                sizes=sizes, warmup=3, rounds=rounds)
             group = []
             for i in range(len(PLANS)):
                 r = dict(per_rank[0][i])
                 r["measured_bytes"] = statistics.mean(p[i]["measured_bytes"] for p in per_rank)
                 r["measured_step_s"] = max(p[i]["measured_step_s"] for p in per_rank)
+                r["block_step_s"] = [max(b) for b in zip(*(p[i]["block_step_s"] for p in per_rank))]  # slowest rank
                 group.append(r)
             dp = group[0]
             for r in group:
@@ -39,15 +45,26 @@ def run(meshes, models, steps=8):
     return rows
 
 
+def separated(a, b) -> bool:
+    """Every block of plan a was faster than every block of plan b."""
+    return max(a["block_step_s"]) < min(b["block_step_s"])
+
+
 def order_kept(rows):
-    """Per (model, mesh): do predicted and measured step times rank the plans alike?"""
+    """Per (model, mesh): do predicted and measured step times rank the plans alike, in all and
+    over the pairs the measurement separates?"""
     out = []
     for key in sorted({(r["model"], r["mesh"]) for r in rows}):
         group = [r for r in rows if (r["model"], r["mesh"]) == key]
         by_pred = [r["plan"] for r in sorted(group, key=lambda r: r["predicted_step_s"])]
         by_meas = [r["plan"] for r in sorted(group, key=lambda r: r["measured_step_s"])]
+        pairs = [(a, b) if separated(a, b) else (b, a) for a, b in itertools.combinations(group, 2)
+                 if separated(a, b) or separated(b, a)]
+        wrong = [f"{a['plan']} < {b['plan']}" for a, b in pairs if a["predicted_step_s"] >= b["predicted_step_s"]]
         out.append({"model": key[0], "mesh": key[1], "predicted order": " < ".join(by_pred),
-                    "measured order": " < ".join(by_meas), "same": by_pred == by_meas})
+                    "measured order": " < ".join(by_meas), "same": by_pred == by_meas,
+                    "separated pairs": len(pairs), "predicted alike": len(pairs) - len(wrong),
+                    "mispredicted": ", ".join(wrong) or "-"})
     return out
 
 
@@ -56,20 +73,24 @@ def main():
     parser.add_argument("--meshes", default="4,2x2")
     parser.add_argument("--models", default="gpt,vgg")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2, help="passes in order and in reverse")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    rows = run(args.meshes.split(","), args.models.split(","), args.steps)
+    rows = run(args.meshes.split(","), args.models.split(","), args.steps, args.rounds)
     for r in rows:
         r["measured_ms"], r["predicted_ms"] = 1e3 * r["measured_step_s"], 1e3 * r["predicted_step_s"]
+        r["blocks_ms"] = f"{1e3 * min(r['block_step_s']):.0f}-{1e3 * max(r['block_step_s']):.0f}"
         r["measured_mib"], r["predicted_mib"] = r["measured_bytes"] / 2 ** 20, r["predicted_bytes"] / 2 ** 20
-    print(show(rows, ["model", "mesh", "plan", "measured_ms", "measured_step_s/dp", "measured_mib", "measured_bytes/dp",
+    print(show(rows, ["model", "mesh", "plan", "measured_ms", "blocks_ms", "measured_step_s/dp", "measured_mib", "measured_bytes/dp",
                       "predicted_ms", "predicted_step_s/dp", "predicted_mib", "predicted_bytes/dp"],
-               ["model", "mesh", "plan", "step ms", "step / DP", "MiB sent", "sent / DP",
+               ["model", "mesh", "plan", "step ms", "blocks ms", "step / DP", "MiB sent", "sent / DP",
                 "pred. step ms", "pred. / DP", "pred. MiB", "pred. sent / DP"]))
     orders = order_kept(rows)
     print()
-    print(show(orders, ["model", "mesh", "predicted order", "measured order", "same"],
-               ["model", "mesh", "by predicted step time", "by measured step time", "same order"]))
+    print(show(orders, ["model", "mesh", "predicted order", "measured order", "same", "separated pairs",
+                        "predicted alike", "mispredicted"],
+               ["model", "mesh", "by predicted step time", "by measured step time", "same order",
+                "pairs measured apart", "of them predicted alike", "measured faster, predicted not"]))
     write_json(args.json, {"rows": rows, "orders": orders})
 
 

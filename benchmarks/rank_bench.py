@@ -44,13 +44,14 @@ def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
 
 
 def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch: int = 8, sizes=None,
-            cluster: str = "cpu-local", optimizer: str = "default"):
-    """For each plan: median step time, bytes sent per step by this rank, and what was predicted.
+            cluster: str = "cpu-local", optimizer: str = "default", rounds: int = 1):
+    """For each plan: median step time (of all steps, and of each block), bytes sent per step by
+    this rank, and what was predicted.
 
     The plans' graphs are all built first, then timed in blocks of `steps` steps in the order
-    given and again in reverse (A B C D D C B A), so that a drift in the machine's load
-    weighs on every plan alike; each block starts with one untimed step. Bytes are counted
-    in the first pass (they are the same in every step)."""
+    given and again in reverse (A B C D D C B A), `rounds` times, so that a drift in the
+    machine's load weighs on every plan alike; each block starts with one untimed step. Bytes
+    are counted in the first pass (they are the same in every step)."""
     built = {}
     for plan in plans:
         note = ""
@@ -61,24 +62,26 @@ def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch
                                               cluster=cluster)
         losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
         built[plan] = (graph, inputs, note, losses)
-    times, sent = {plan: [] for plan in plans}, {}
-    for order in (list(plans), list(reversed(plans))):
+    times, blocks, sent = {plan: [] for plan in plans}, {plan: [] for plan in plans}, {}
+    for order in (list(plans), list(reversed(plans))) * rounds:
         for plan in order:
             graph, inputs, _, losses = built[plan]
             losses.append(float(graph(*inputs).numpy()))
-            before = wchar()
+            before, block = wchar(), []
             for _ in range(steps):
                 start = time.perf_counter()
                 losses.append(float(graph(*inputs).numpy()))
-                times[plan].append(time.perf_counter() - start)
+                block.append(time.perf_counter() - start)
             sent.setdefault(plan, (wchar() - before) / steps)
+            times[plan] += block
+            blocks[plan].append(statistics.median(block))
     rows = []
     for plan in plans:
         graph, _, note, losses = built[plan]
         predicted = oneflow_autoddl.plan_of(graph) or describe(read_job(graph._full_graph_proto), cluster)
         rows.append({"model": model, "mesh": mesh, "plan": plan, "rank": flow.env.get_rank(),
                      "measured_bytes": sent[plan], "predicted_bytes": predicted.predicted.bytes_per_device,
-                     "measured_step_s": statistics.median(times[plan]),
+                     "measured_step_s": statistics.median(times[plan]), "block_step_s": blocks[plan],
                      "predicted_step_s": predicted.predicted.step_time_s,
                      "losses": losses, "search_time_s": getattr(predicted, "search_time_s", None), "note": note})
     return rows

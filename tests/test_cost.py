@@ -258,14 +258,24 @@ def test_gradient_boxing_overlaps_the_backward_as_far_as_the_cluster_lets_it(ove
     to 3.5, da 3.5-4.5, its boxing 4.5-5.5 (compute to 5), ub 5-6, ua 6-7."""
     graph, db, da = _two_layers()
     compute = {name: 1.0 for name in graph.ops if name != "x"}
-    s = overlapped(graph, compute, {db: (1.0, {"ub"}), da: (1.0, {"ua"})}, overlap)
+    s = overlapped(graph, compute, {db: (1.0, 0.0, {"ub"}), da: (1.0, 0.0, {"ua"})}, overlap)
     assert s.step_time == pytest.approx(step)
     assert s.exposed_comm_time == pytest.approx(step - 6)
 
 
+def test_latency_holds_no_stream():
+    """A boxing that is all latency (waiting on peers) delays its consumers only: with no
+    overlap at all, da and ub compute while db's boxing waits, and the step is the compute's."""
+    graph, db, da = _two_layers()
+    compute = {name: 1.0 for name in graph.ops if name != "x"}
+    assert overlapped(graph, compute, {db: (1.0, 1.0, {"ub"}), da: (1.0, 1.0, {"ua"})}, 0.0).step_time == 6.0
+    # half latency: db's bytes take the compute 3-3.5, da 3.5-4.5, its bytes 4.5-5, ub 5-6, ua (boxed by 5.5) 6-7
+    assert overlapped(graph, compute, {db: (1.0, 0.5, {"ub"}), da: (1.0, 0.5, {"ua"})}, 0.0).step_time == 7.0
+
+
 def test_the_step_time_a_plan_reports_is_the_overlapped_one():
-    """Without overlap a plan's step is its compute plus its boxing; with it, no more, and less where
-    compute can go on during a boxing."""
+    """Without overlap (and on links without latency) a plan's step is its compute plus its boxing;
+    with it, no more, and less where compute can go on during a boxing."""
     graph, _, _ = _two_layers()
     data = cluster("nccl", dpn=4, nodes=1, intra=(1e3, 0.0)).to_json()
     data["device"]["memory_bandwidth"] = 1e3  # an op and a boxing both take a fraction of a second

@@ -77,7 +77,7 @@ def oneflow_cpu_axis_cost(src: Sbp, dst: Sbp, group_bytes: float, group_elems: f
         messages, piece = p - 1, group_bytes / p
     sent = messages * (_pad(piece) + MESSAGE_OVERHEAD)
     link = link.for_collective(kind)
-    return Transfer(sent, messages * link.latency + sent / link.bandwidth)
+    return Transfer(sent, messages * link.latency + sent / link.bandwidth, messages * link.latency)
 
 
 AXIS_COSTS: Dict[str, AxisCost] = {"nccl": nccl_axis_cost, "oneflow-cpu": oneflow_cpu_axis_cost}

@@ -13,12 +13,13 @@ from .cluster import Link
 class Transfer:
     bytes: float  # sent by one device
     time: float
+    latency: float = 0.0  # of `time`, the alpha terms: waiting on peers, not moving bytes (cost.schedule)
 
     def __add__(self, other: "Transfer") -> "Transfer":
-        return Transfer(self.bytes + other.bytes, self.time + other.time)
+        return Transfer(self.bytes + other.bytes, self.time + other.time, self.latency + other.latency)
 
     def scaled(self, k: float) -> "Transfer":
-        return Transfer(self.bytes * k, self.time * k)
+        return Transfer(self.bytes * k, self.time * k, self.latency * k)
 
 
 FREE = Transfer(0.0, 0.0)
@@ -26,7 +27,7 @@ FREE = Transfer(0.0, 0.0)
 
 def ring(steps: int, sent: float, link: Link) -> Transfer:
     """`steps` rounds of latency plus `sent` bytes at the link's bandwidth."""
-    return Transfer(sent, steps * link.latency + sent / link.bandwidth)
+    return Transfer(sent, steps * link.latency + sent / link.bandwidth, steps * link.latency)
 
 
 def all_gather(group_bytes: float, p: int, link: Link) -> Transfer:

@@ -60,7 +60,7 @@ class CostModel:
         """To an op on another placement (the train-step ops): the whole tensor, once."""
         nbytes = math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
         link = self.cluster.intra
-        return Transfer(nbytes, link.latency + nbytes / link.bandwidth)
+        return Transfer(nbytes, link.latency + nbytes / link.bandwidth, link.latency)
 
     def op_time(self, graph: Graph, op: Op, sig: Signature) -> float:
         return compute.op_time(self.cluster, graph, op, sig)

@@ -1,24 +1,28 @@
 """A step's time with communication overlapping compute: one device's ops on two streams.
 
 OneFlow runs an op as soon as its inputs are there (actors, not a fixed program), and its
-boxing runs beside the compute kernels: on CUDA, NCCL on its own stream, so a gradient's
-all-reduce can go on while the backward pass computes the gradients before it, and only
-what the compute waits for is on the step's time. How much of a boxing the device can
-compute through is the cluster's `comm_overlap` (0 to 1). On CPU ranks sharing cores it
-is nil: the boxing is CPU work too (measured by `calibrate`: a matmul chain beside an
-independent all-gather chain takes their sum, not their maximum).
-
-The simulation is list scheduling on one device (every device of a mesh does the same work
-under an SBP plan): a compute stream runs the ready op that comes first in the graph's
-order; a communication stream runs each boxing, first come first served, once its producer
-has finished, and the compute stream spends (1 - overlap) of its time on it; a consumer
-starts when its inputs have arrived. With no overlap this is compute plus communication.
+boxing runs beside the compute kernels. A boxing's time is latency (its alpha terms: waiting
+on peers) and moving bytes. Measured on 4 CPU ranks sharing 2 cores (2026-12-02):
+  - moving bytes is CPU work there: a matmul chain beside an independent chain of 1 MiB
+    all-gathers takes the sum of the two (165 + 170 -> 339 ms; 172 + 663 -> 827 ms). How much
+    of it the device can compute through is the cluster's `device.comm_overlap` (`calibrate`
+    measures ~0 here; on CUDA NCCL has its own stream, the presets say 1);
+  - latency is not: 16 independent all-reduces of 16 KiB took 15-16 ms beyond the same graph
+    without them, 16 chained ones 33-39 ms (of 1 MiB: 61-78 against 64-91, bytes dominating).
+So in this list schedule of one device (every device of a mesh does the same work under an
+SBP plan): a compute stream runs the ready op that comes first in the graph's order; a
+communication stream moves each boxing's bytes, first come first served, once its producer
+has finished, and the compute stream spends (1 - overlap) of that time on it; the boxing's
+consumers start when its bytes have moved and its latency has passed, which holds no stream.
 """
 import heapq
 from dataclasses import dataclass
 from typing import Collection, List, Mapping, Tuple
 
 from ..ir import Graph
+
+# lbn -> (seconds of boxing, of which latency, the consumers that read it boxed)
+Boxings = Mapping[str, Tuple[float, float, Collection[str]]]
 
 
 @dataclass
@@ -27,18 +31,17 @@ class Schedule:
     exposed_comm_time: float  # the part of it not spent computing: boxing the compute could not hide
 
 
-def overlapped(graph: Graph, op_compute: Mapping[str, float], boxings: Mapping[str, Tuple[float, Collection[str]]],
-               overlap: float) -> Schedule:
-    """`op_compute`: seconds per op; `boxings`: per boxed tensor (lbn), its seconds of boxing and the
-    consumers that wait for it (the others take it as produced); `overlap`: the fraction of a
-    boxing's time the compute stream is free for other ops."""
+def overlapped(graph: Graph, op_compute: Mapping[str, float], boxings: Boxings, overlap: float) -> Schedule:
+    """`op_compute`: seconds per op; `boxings`: per boxed tensor, its time, its latency and the
+    consumers that wait for it (the others take it as produced); `overlap`: the fraction of the
+    time a boxing moves bytes that the compute stream is free for other ops."""
     names = list(graph.ops)
     index = {name: i for i, name in enumerate(names)}
     waiting = [len(set(graph.ops[name].inputs.values())) for name in names]
     earliest = [0.0] * len(names)
     pending: List[Tuple[float, int]] = [(0.0, i) for i, w in enumerate(waiting) if w == 0]  # (inputs there at, op)
     ready: List[int] = []
-    clock = comm_free = busy = 0.0
+    clock = comm_free = busy = end = 0.0
     for _ in names:
         if not ready and pending[0][0] > clock:  # nothing to run: the stream idles until inputs come
             clock = pending[0][0]
@@ -50,15 +53,18 @@ def overlapped(graph: Graph, op_compute: Mapping[str, float], boxings: Mapping[s
         clock, busy = clock + spent, busy + spent
         for lbn in op.outputs.values():
             produced = boxed = clock
-            boxing, waiting_ops = boxings.get(lbn, (0.0, ()))
-            if boxing:
-                comm_free = boxed = max(comm_free, clock) + boxing
-                clock += (1 - overlap) * boxing
+            seconds, latency, boxed_consumers = boxings.get(lbn, (0.0, 0.0, ()))
+            if seconds:
+                moving = seconds - latency
+                comm_free = max(comm_free, clock) + moving
+                boxed = comm_free + latency
+                end = max(end, boxed)
+                clock += (1 - overlap) * moving
             for consumer in {c for c, _ in graph.tensor(lbn).consumers}:
                 j = index[consumer]
-                earliest[j] = max(earliest[j], boxed if consumer in waiting_ops else produced)
+                earliest[j] = max(earliest[j], boxed if consumer in boxed_consumers else produced)
                 waiting[j] -= 1
                 if waiting[j] == 0:
                     heapq.heappush(pending, (earliest[j], j))
-    step = max(clock, comm_free)
+    step = max(clock, end)
     return Schedule(step, step - busy)

@@ -261,7 +261,7 @@ class Problem:
             tr = self._tensor_transfer(ends, x)
             if tr.bytes or tr.time:
                 b.tensor_comm[ends.tensor.lbn] = tr
-                waiting[ends.tensor.lbn] = (tr.time, self._boxed_consumers(ends, x))
+                waiting[ends.tensor.lbn] = (tr.time, tr.latency, self._boxed_consumers(ends, x))
                 b.comm_time += tr.time
                 b.bytes_per_device += tr.bytes
                 for c, _ in ends.tensor.consumers:
