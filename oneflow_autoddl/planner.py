@@ -23,7 +23,7 @@ from .plan import OpEntry, Plan, Predicted, signature_texts
 from .remesh import remesh
 from .search import baselines
 from .search.descent import Descent
-from .search.problem import Problem
+from .search.problem import Breakdown, Problem
 from .sbp import Signature, format_nd
 from .search.units import PlanningError
 
@@ -62,16 +62,33 @@ class Planner:
         self.model = CostModel(cluster, self.mesh.hierarchy, self.mesh.ranks, ranks_per_node)
         self.problem = Problem(graph, self.model, hold=hold, tie=tie)
         self._groups: Optional[List[List[int]]] = None  # the descent's, found once
+        self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}  # seeds recur in every descent
 
     def min_memory(self) -> float:
         return float(sum(m.min() for m in self.problem.memory))
 
-    def _exact(self, x: Sequence[int], weight: float) -> float:
-        """The predicted step time, plus the memory price. The descent lowers the factors' sum
-        of compute and boxing; its results are compared by what a step takes with boxing
-        overlapping compute (cost.schedule), evaluated tensor by tensor (the factors may also
-        count a boxing that consumers in different runs share more than once)."""
-        return self.problem.evaluate(x).step_time + weight * self.problem.memory_of(x)
+    def evaluate(self, x: Sequence[int]) -> Breakdown:
+        key = tuple(x)
+        if key not in self._evaluated:
+            self._evaluated[key] = self.problem.evaluate(x)
+        return self._evaluated[key]
+
+    def _best(self, candidates: Sequence[List[int]], weight: float) -> List[int]:
+        """The candidate of least predicted step time plus memory price. The descent lowers the
+        factors' sum of compute and boxing; its results are compared by what a step takes with
+        boxing overlapping compute (cost.schedule), evaluated tensor by tensor (the factors may
+        also count a boxing that consumers in different runs share more than once). A step takes
+        at least its compute, so a candidate whose compute alone is no better is not scheduled."""
+        p = self.problem
+        best, best_cost = None, math.inf
+        for x in sorted(candidates, key=lambda y: p.objective(y, weight)):
+            price = weight * p.memory_of(x)
+            if p.compute_of(x) + price >= best_cost:
+                continue
+            cost = self.evaluate(x).step_time + price
+            if cost < best_cost:
+                best, best_cost = x, cost
+        return best
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
         """One sweep of the small groups from every seed, then descent to convergence (all groups)
@@ -81,7 +98,7 @@ class Planner:
         cost = lambda x: self.problem.objective(x, weight)  # noqa: E731
         swept = sorted((d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts), key=cost)
         done = [d.run(x) for x in swept[:FINALISTS]]
-        return min(done + swept + list(starts), key=lambda x: self._exact(x, weight))
+        return self._best(done + swept + list(starts), weight)
 
     def flattened(self) -> Optional[List[int]]:
         """On an n-D mesh whose axes all run over the same links, the best plan for the 1-D mesh
@@ -142,7 +159,7 @@ class Planner:
             mid = (lo + hi) / 2
             x = self._descend([fit, best], mid)
             if p.memory_of(x) <= limit:
-                hi, fit = mid, x if self._exact(x, 0.0) < self._exact(fit, 0.0) else fit
+                hi, fit = mid, self._best([fit, x], 0.0)
             else:
                 lo = mid
         log.info("memory limit %s: plan uses %s (unconstrained best %s)", _gib(limit), _gib(p.memory_of(fit)),
@@ -161,7 +178,7 @@ class Planner:
         """The Plan of assignment x; `everything` lists held ops (but interface and train-step
         ops) as planned too, for describe."""
         p, g = self.problem, self.graph
-        detail = p.evaluate(x)
+        detail = self.evaluate(x)
         ops, unplanned, variables, var_shapes, var_bytes = {}, {}, {}, {}, {}
         for unit in p.units:
             for name in unit.ops:
@@ -183,7 +200,7 @@ class Planner:
             graph=g.name, mesh=format_mesh(self.mesh.hierarchy), cluster=self.cluster.name,
             device=self.mesh.device, ops=ops, variables=variables, variable_shapes=var_shapes, variable_bytes=var_bytes,
             unplanned_ops=unplanned, predicted=Predicted.of(detail),
-            baselines={name: Predicted.of(p.evaluate(y)) for name, y in others.items()},
+            baselines={name: Predicted.of(self.evaluate(y)) for name, y in others.items()},
             lower_bound_bytes=graph_bound_bytes(g, self.mesh.size), transfers=transfers,
             search_time_s=search_time, notes=notes)
 

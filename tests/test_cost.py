@@ -9,7 +9,7 @@ from oneflow_autoddl.cost.boxing import MESSAGE_OVERHEAD, nccl_axis_cost, oneflo
 from oneflow_autoddl.cost.cluster import ClusterError, Link, cluster_from_json, load_cluster, map_mesh, preset_names
 from oneflow_autoddl.cost.compute import op_memory, op_time
 from oneflow_autoddl.cost.model import CostModel
-from oneflow_autoddl.cost.schedule import overlapped
+from oneflow_autoddl.cost.schedule import Scheduler
 from oneflow_autoddl.sbp import B, S, Signature, parse_nd
 from oneflow_autoddl.search.problem import Problem
 
@@ -258,19 +258,25 @@ def test_gradient_boxing_overlaps_the_backward_as_far_as_the_cluster_lets_it(ove
     to 3.5, da 3.5-4.5, its boxing 4.5-5.5 (compute to 5), ub 5-6, ua 6-7."""
     graph, db, da = _two_layers()
     compute = {name: 1.0 for name in graph.ops if name != "x"}
-    s = overlapped(graph, compute, {db: (1.0, 0.0, {"ub"}), da: (1.0, 0.0, {"ua"})}, overlap)
+    s = Scheduler(graph).run(compute, {db: (1.0, 0.0, {"ub"}), da: (1.0, 0.0, {"ua"})}, overlap, concurrent=True)
     assert s.step_time == pytest.approx(step)
     assert s.exposed_comm_time == pytest.approx(step - 6)
 
 
 def test_latency_holds_no_stream():
     """A boxing that is all latency (waiting on peers) delays its consumers only: with no
-    overlap at all, da and ub compute while db's boxing waits, and the step is the compute's."""
+    overlap at all, da and ub compute while db's boxing waits, and the step is the compute's.
+    Queued one after another, a boxing also waits for the one before."""
     graph, db, da = _two_layers()
     compute = {name: 1.0 for name in graph.ops if name != "x"}
-    assert overlapped(graph, compute, {db: (1.0, 1.0, {"ub"}), da: (1.0, 1.0, {"ua"})}, 0.0).step_time == 6.0
+    run = Scheduler(graph).run
+    assert run(compute, {db: (1.0, 1.0, {"ub"}), da: (1.0, 1.0, {"ua"})}, 0.0, concurrent=True).step_time == 6.0
     # half latency: db's bytes take the compute 3-3.5, da 3.5-4.5, its bytes 4.5-5, ub 5-6, ua (boxed by 5.5) 6-7
-    assert overlapped(graph, compute, {db: (1.0, 0.5, {"ub"}), da: (1.0, 0.5, {"ua"})}, 0.0).step_time == 7.0
+    assert run(compute, {db: (1.0, 0.5, {"ub"}), da: (1.0, 0.5, {"ua"})}, 0.0, concurrent=True).step_time == 7.0
+    # 2 s of latency each: at once, db's 3-5 and da's 4-6 (ub 5-6, ua 6-7); queued (NCCL), da's 5-7 (ua 7-8)
+    slow = {db: (2.0, 2.0, {"ub"}), da: (2.0, 2.0, {"ua"})}
+    assert run(compute, slow, 0.0, concurrent=True).step_time == 7.0
+    assert run(compute, slow, 0.0, concurrent=False).step_time == 8.0
 
 
 def test_the_step_time_a_plan_reports_is_the_overlapped_one():

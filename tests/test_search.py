@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from irkit import Kit
-from oneflow_autoddl.cost.cluster import load_cluster
+from oneflow_autoddl.cost.cluster import cluster_from_json, load_cluster
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.models import build_gpt
 from oneflow_autoddl.planner import Planner, plan
 from oneflow_autoddl.remesh import remesh
 from oneflow_autoddl.search import baselines
+from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
 from oneflow_autoddl.search.problem import Problem
 from oneflow_autoddl.search.units import PlanningError
@@ -86,8 +87,13 @@ def test_descent_matches_exhaustive_optimum_on_the_suite():
         if cluster == "cpu-local" and len(mesh) == 1 and mesh[0] > 4:
             continue  # this machine's CPU cluster has 4 ranks
         planner = Planner(BUILD[name](mesh), load_cluster(cluster))
-        x, _ = planner.search()
-        found = planner.problem.objective(x)
+        x, starts = planner.search()
+        # the descent minimises the factors (compute plus boxing, summed); the plan is the best of
+        # its results and the seeds by the scheduled step time
+        descent = Descent(planner.problem)
+        found = min(planner.problem.objective(descent.run(y)) for y in starts.values())
+        assert all(planner.evaluate(x).step_time <= planner.evaluate(y).step_time * (1 + 1e-12)
+                   for y in starts.values())
         # the proof starts from a cheap upper bound (replicated), never from the descent's answer
         _, optimum = solve_exhaustive(planner.problem, incumbent=baselines.replicated(planner.problem))
         assert found <= optimum * 1.001, (name, mesh, cluster, found, optimum)
@@ -137,7 +143,7 @@ def test_plan_is_no_worse_than_any_seed(cpu):
     planner = Planner(chain((4,), 3, width=256, batch=8), cpu)
     x, starts = planner.search()
     for name, y in starts.items():
-        assert planner.problem.objective(x) <= planner.problem.objective(y) + 1e-15, name
+        assert planner.evaluate(x).step_time <= planner.evaluate(y).step_time * (1 + 1e-12), name
 
 
 def test_data_parallel_baseline_is_textbook(cpu):
@@ -166,18 +172,22 @@ def test_zero_baseline_shards_every_parameter(cpu):
 
 
 def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
-    """A GPT trained with Adam: a limit below the fastest plan's memory must shard more."""
+    """A GPT trained with Adam: a limit below the fastest plan's memory must shard more. (On a
+    cluster whose boxing hides behind compute, sharding everything is already fastest.)"""
     def big():
         return build_gpt(layers=2, hidden=256, heads=4, seq_len=32, vocab=512, batch=8, mesh=(4,))
-    free = plan(big(), "dgx-a100")
-    lean = Planner(big(), load_cluster("dgx-a100")).min_memory()
+    data = load_cluster("dgx-a100").to_json()
+    data["device"]["comm_overlap"] = 0.0
+    cluster = cluster_from_json(data)
+    free = plan(big(), cluster)
+    lean = Planner(big(), cluster).min_memory()
     assert free.predicted.memory_per_device > 1.5 * lean
     limit = (free.predicted.memory_per_device + lean) / 2
-    tight = plan(big(), "dgx-a100", memory_limit=limit)
+    tight = plan(big(), cluster, memory_limit=limit)
     assert tight.predicted.memory_per_device <= limit
     assert sum(s != "B" for s in tight.variables.values()) > sum(s != "B" for s in free.variables.values())
     with pytest.raises(PlanningError, match=r"leanest plan needs 0\.\d+ GiB"):
-        plan(big(), "dgx-a100", memory_limit=lean * 0.9)
+        plan(big(), cluster, memory_limit=lean * 0.9)
 
 
 def test_unknown_op_is_left_to_oneflow_and_named(cpu, caplog):

@@ -70,6 +70,11 @@ class Cluster:
     comm_overlap: float = 0.0  # fraction of a boxing's time the device computes through (cost.schedule)
 
     @property
+    def concurrent_boxing(self) -> bool:
+        """OneFlow's CPU boxings wait on their peers at once; NCCL collectives queue on one stream."""
+        return self.backend == "oneflow-cpu"
+
+    @property
     def devices(self) -> int:
         return self.nodes * self.devices_per_node
 

@@ -7,13 +7,16 @@ on peers) and moving bytes. Measured on 4 CPU ranks sharing 2 cores (2026-12-02)
     all-gathers takes the sum of the two (165 + 170 -> 339 ms; 172 + 663 -> 827 ms). How much
     of it the device can compute through is the cluster's `device.comm_overlap` (`calibrate`
     measures ~0 here; on CUDA NCCL has its own stream, the presets say 1);
-  - latency is not: 16 independent all-reduces of 16 KiB took 15-16 ms beyond the same graph
-    without them, 16 chained ones 33-39 ms (of 1 MiB: 61-78 against 64-91, bytes dominating).
+  - latency is not, and OneFlow's CPU boxings run at once (CommNet is asynchronous): 16
+    independent all-reduces of 16 KiB took 15-16 ms beyond the same graph without them, 16
+    chained ones 33-39 ms (of 1 MiB: 61-78 against 64-91, bytes dominating). On CUDA the
+    collectives of a placement queue on one NCCL stream, latency included (`concurrent` off).
 So in this list schedule of one device (every device of a mesh does the same work under an
 SBP plan): a compute stream runs the ready op that comes first in the graph's order; a
-communication stream moves each boxing's bytes, first come first served, once its producer
-has finished, and the compute stream spends (1 - overlap) of that time on it; the boxing's
-consumers start when its bytes have moved and its latency has passed, which holds no stream.
+communication stream runs each boxing, first come first served, once its producer has
+finished, and the compute stream spends (1 - overlap) of the time it moves bytes on it; the
+boxing's consumers start when it has moved its bytes and its latency has passed, which with
+`concurrent` boxings holds no stream.
 """
 import heapq
 from dataclasses import dataclass
@@ -31,40 +34,49 @@ class Schedule:
     exposed_comm_time: float  # the part of it not spent computing: boxing the compute could not hide
 
 
-def overlapped(graph: Graph, op_compute: Mapping[str, float], boxings: Boxings, overlap: float) -> Schedule:
-    """`op_compute`: seconds per op; `boxings`: per boxed tensor, its time, its latency and the
-    consumers that wait for it (the others take it as produced); `overlap`: the fraction of the
-    time a boxing moves bytes that the compute stream is free for other ops."""
-    names = list(graph.ops)
-    index = {name: i for i, name in enumerate(names)}
-    waiting = [len(set(graph.ops[name].inputs.values())) for name in names]
-    earliest = [0.0] * len(names)
-    pending: List[Tuple[float, int]] = [(0.0, i) for i, w in enumerate(waiting) if w == 0]  # (inputs there at, op)
-    ready: List[int] = []
-    clock = comm_free = busy = end = 0.0
-    for _ in names:
-        if not ready and pending[0][0] > clock:  # nothing to run: the stream idles until inputs come
-            clock = pending[0][0]
-        while pending and pending[0][0] <= clock:
-            heapq.heappush(ready, heapq.heappop(pending)[1])
-        i = heapq.heappop(ready)
-        op = graph.ops[names[i]]
-        spent = op_compute.get(op.name, 0.0)
-        clock, busy = clock + spent, busy + spent
-        for lbn in op.outputs.values():
-            produced = boxed = clock
-            seconds, latency, boxed_consumers = boxings.get(lbn, (0.0, 0.0, ()))
-            if seconds:
-                moving = seconds - latency
-                comm_free = max(comm_free, clock) + moving
-                boxed = comm_free + latency
-                end = max(end, boxed)
-                clock += (1 - overlap) * moving
-            for consumer in {c for c, _ in graph.tensor(lbn).consumers}:
-                j = index[consumer]
-                earliest[j] = max(earliest[j], boxed if consumer in boxed_consumers else produced)
-                waiting[j] -= 1
-                if waiting[j] == 0:
-                    heapq.heappush(pending, (earliest[j], j))
-    step = max(clock, end)
-    return Schedule(step, step - busy)
+class Scheduler:
+    """A graph's dependencies, gathered once (a plan's step is scheduled many times in a search)."""
+
+    def __init__(self, graph: Graph):
+        self.names = list(graph.ops)
+        index = {name: i for i, name in enumerate(self.names)}
+        self.inputs = [len(set(graph.ops[name].inputs.values())) for name in self.names]
+        self.outputs = [[(lbn, sorted({index[c] for c, _ in graph.tensor(lbn).consumers}))
+                         for lbn in graph.ops[name].outputs.values()] for name in self.names]
+
+    def run(self, op_compute: Mapping[str, float], boxings: Boxings, overlap: float, concurrent: bool) -> Schedule:
+        """`op_compute`: seconds per op; `boxings`: per boxed tensor, its time, its latency and the
+        consumers that wait for it (the others take it as produced); `overlap`: the fraction of
+        the time a boxing moves bytes that the compute stream is free for other ops; `concurrent`:
+        whether boxings wait on their peers at once, or one after another."""
+        waiting, earliest = list(self.inputs), [0.0] * len(self.names)
+        pending: List[Tuple[float, int]] = [(0.0, i) for i, w in enumerate(waiting) if w == 0]  # (inputs at, op)
+        ready: List[int] = []
+        clock = comm_free = busy = end = 0.0
+        for _ in self.names:
+            if not ready and pending[0][0] > clock:  # nothing to run: the stream idles until inputs come
+                clock = pending[0][0]
+            while pending and pending[0][0] <= clock:
+                heapq.heappush(ready, heapq.heappop(pending)[1])
+            i = heapq.heappop(ready)
+            spent = op_compute.get(self.names[i], 0.0)
+            clock, busy = clock + spent, busy + spent
+            for lbn, consumers in self.outputs[i]:
+                produced = boxed = clock
+                seconds, latency, boxed_consumers = boxings.get(lbn, (0.0, 0.0, ()))
+                if seconds:
+                    moving = seconds - latency
+                    comm_free = max(comm_free, clock) + (moving if concurrent else seconds)
+                    boxed = comm_free + latency if concurrent else comm_free
+                    end = max(end, boxed)
+                    clock += (1 - overlap) * moving
+                for j in consumers:
+                    at = boxed if seconds and self.names[j] in boxed_consumers else produced
+                    if at > earliest[j]:
+                        earliest[j] = at
+                    waiting[j] -= 1
+                    if waiting[j] == 0:
+                        heapq.heappush(pending, (earliest[j], j))
+        step = max(clock, end)
+        return Schedule(step, step - busy)
+

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..cost.model import INFEASIBLE, CostModel, Transfer
-from ..cost.schedule import overlapped
+from ..cost.schedule import Scheduler
 from ..rules import same_sbp_inputs
 from ..ir import Graph, Tensor
 from ..sbp import NdSbp, Signature
@@ -87,6 +87,8 @@ class Problem:
         self._make_unary()
         self._make_ends()
         self.factors: List[Factor] = self._make_factors()
+        self.scheduler = Scheduler(graph)
+        self._ends_index = self._index_ends()
         self.factors_of: List[List[int]] = [[] for _ in self.var_units]
         for i, f in enumerate(self.factors):
             for v in set(f.vars):
@@ -244,6 +246,9 @@ class Problem:
         total = sum(float(u[x[v]]) for v, u in enumerate(self.unary(memory_weight)))
         return total + sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self.factors)
 
+    def compute_of(self, x: Sequence[int]) -> float:
+        return float(sum(c[x[v]] for v, c in enumerate(self.compute)))
+
     def memory_of(self, x: Sequence[int]) -> float:
         return float(sum(m[x[v]] for v, m in enumerate(self.memory)))
 
@@ -257,7 +262,8 @@ class Problem:
             b.op_compute[name] = t
             b.compute_time += t
         waiting = {}
-        for ends in self.ends:
+        for i in self._boxed_tensors(x):
+            ends = self.ends[i]
             tr = self._tensor_transfer(ends, x)
             if tr.bytes or tr.time:
                 b.tensor_comm[ends.tensor.lbn] = tr
@@ -266,9 +272,42 @@ class Problem:
                 b.bytes_per_device += tr.bytes
                 for c, _ in ends.tensor.consumers:
                     b.op_comm[c] = b.op_comm.get(c, 0.0) + tr.time / max(1, len(ends.tensor.consumers))
-        schedule = overlapped(self.graph, b.op_compute, waiting, self.model.cluster.comm_overlap)
+        cluster = self.model.cluster
+        schedule = self.scheduler.run(b.op_compute, waiting, cluster.comm_overlap, cluster.concurrent_boxing)
         b.step_time, b.exposed_comm_time = schedule.step_time, schedule.exposed_comm_time
         return b
+
+    def _index_ends(self) -> Tuple[np.ndarray, ...]:
+        """Every endpoint's candidate -> SBP id table in one flat array, with where each starts and
+        whose variable picks in it: to find the tensors an assignment boxes without a loop."""
+        tables: List[np.ndarray] = []
+        offsets: Dict[tuple, int] = {}
+        size = 0
+
+        def start(e: Endpoint) -> int:
+            nonlocal size
+            key = (e.var, e.pos, e.bn)
+            if key not in offsets:
+                offsets[key] = size
+                tables.append(self.sbp_ids(e))
+                size += len(tables[-1])
+            return offsets[key]
+        consumers = [(i, c) for i, ends in enumerate(self.ends) for c in ends.consumers]
+        p_start = np.array([start(ends.producer) for ends in self.ends], dtype=int)
+        c_start = np.array([start(c) for _, c in consumers], dtype=int)
+        return (np.concatenate(tables) if tables else np.zeros(0, int), p_start,
+                np.array([ends.producer.var for ends in self.ends], dtype=int),
+                c_start, np.array([c.var for _, c in consumers], dtype=int),
+                np.array([i for i, _ in consumers], dtype=int), np.array([ends.remote > 0 for ends in self.ends]))
+
+    def _boxed_tensors(self, x: Sequence[int]) -> np.ndarray:
+        """Indices into self.ends of the tensors some consumer reads in another SBP, or on another placement."""
+        ids, p_start, p_var, c_start, c_var, c_tensor, remote = self._ends_index
+        xa = np.asarray(x, dtype=int)
+        src = ids[p_start + xa[p_var]]
+        differs = remote.copy()
+        differs[c_tensor[ids[c_start + xa[c_var]] != src[c_tensor]]] = True
+        return np.flatnonzero(differs)
 
     def _boxed_consumers(self, ends: TensorEnds, x: Sequence[int]) -> set:
         """The consumers that read the tensor through a boxing: on another placement, or wanting another SBP."""
