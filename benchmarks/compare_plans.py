@@ -1,6 +1,6 @@
 """AutoDDL beside data parallel, Megatron-style and OneFlow's native auto-parallel, measured in one run.
 
-    python benchmarks/compare_plans.py [--meshes 4,2x2] [--rounds 2] [--json compare.json]
+    python benchmarks/compare_plans.py [--meshes 4,2x2] [--rounds 1] [--json compare.json]
 
 On 4 CPU ranks of this machine, for the examples' GPT and VGG models at sizes where
 communication is a large part of a step: median step time and bytes sent per rank per
@@ -23,7 +23,7 @@ VGG = {"depth": 16, "width_mult": 0.25, "image_size": 32, "num_classes": 10}
 PLANS = ["dp", "megatron", "native", "autoddl"]
 
 
-def run(meshes, models, steps=8, rounds=2):
+def run(meshes, models, steps=8, rounds=1):
     rows = []
     for mesh in meshes:
         for model in models:
@@ -73,7 +73,7 @@ def main():
     parser.add_argument("--meshes", default="4,2x2")
     parser.add_argument("--models", default="gpt,vgg")
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=2, help="passes in order and in reverse")
+    parser.add_argument("--rounds", type=int, default=1, help="passes in order and in reverse (each adds ~5 min)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = run(args.meshes.split(","), args.models.split(","), args.steps, args.rounds)
