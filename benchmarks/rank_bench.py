@@ -1,8 +1,10 @@
 """On ranks: train the examples' models under several plans and measure what each moves and takes."""
+import atexit
+import os
 import statistics
 import sys
+import tempfile
 import time
-import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
@@ -35,7 +37,9 @@ def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
     if not hazards:
         graph, inputs = rank_models.build(model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes)
         return graph, inputs, "as OneFlow compiled it"
-    path = f"/tmp/autoddl-native-plan-{os.getpid()}.json"
+    fd, path = tempfile.mkstemp(prefix="autoddl-native-plan-", suffix=".json")
+    os.close(fd)
+    atexit.register(os.remove, path)  # read when the graph first runs, so kept until the process ends
     describe(read_job(job), cluster).save(path)
     graph, inputs = rank_models.build(model, mesh, plan="autoddl", batch=batch, optimizer=optimizer, sizes=sizes,
                                       cluster=cluster, load_plan=path)
