@@ -73,7 +73,7 @@ def main():
     parser.add_argument("--meshes", default="4,2x2")
     parser.add_argument("--models", default="gpt,vgg")
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=1, help="passes in order and in reverse (each adds ~5 min)")
+    parser.add_argument("--rounds", type=int, default=1, help="passes in order and in reverse (each adds ~4 min)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = run(args.meshes.split(","), args.models.split(","), args.steps, args.rounds)
