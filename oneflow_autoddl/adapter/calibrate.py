@@ -13,8 +13,8 @@ identical stages:
     move back (local, but for the all-to-all: a second one), at two sizes, against the
     chain of the same stages without the boxing; bytes per rank are exact (cost.boxing),
     so the two points give the bandwidth and the latency per message, stalls included.
-    OneFlow's CPU boxing runs them at rates far apart (2026-12-02, 4 ranks: 1 MiB shards
-    moved by an all-to-all at ~110 MB/s per rank, by an all-gather at ~400 MB/s);
+    OneFlow's CPU boxing runs them at rates far apart (2026-12-02, 4 ranks, `--repeats 15`:
+    a reduce-scatter at 187 MB/s per rank, an all-gather at 377);
   - overlap: the matmul chain beside an independent all-gather chain in one graph, against
     each alone (0 when the pair takes their sum, 1 when it takes the longer one).
 Rank 0 writes the cluster JSON, with the date, machine and command in its `source`.

@@ -13,7 +13,7 @@ is always exact.
 """
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -264,10 +264,10 @@ class Problem:
         waiting = {}
         for i in self._boxed_tensors(x):
             ends = self.ends[i]
-            tr = self._tensor_transfer(ends, x)
+            tr, boxed = self._tensor_transfer(ends, x)
             if tr.bytes or tr.time:
                 b.tensor_comm[ends.tensor.lbn] = tr
-                waiting[ends.tensor.lbn] = (tr.time, tr.latency, self._boxed_consumers(ends, x))
+                waiting[ends.tensor.lbn] = (tr.time, tr.latency, boxed)
                 b.comm_time += tr.time
                 b.bytes_per_device += tr.bytes
                 for c, _ in ends.tensor.consumers:
@@ -309,28 +309,27 @@ class Problem:
         differs[c_tensor[ids[c_start + xa[c_var]] != src[c_tensor]]] = True
         return np.flatnonzero(differs)
 
-    def _boxed_consumers(self, ends: TensorEnds, x: Sequence[int]) -> set:
-        """The consumers that read the tensor through a boxing: on another placement, or wanting another SBP."""
-        src = self.sbp_at(ends.producer, x[ends.producer.var])
-        here = {self.units[c.unit].ops[c.pos] for c in ends.consumers if self.sbp_at(c, x[c.var]) == src}
-        return {c for c, _ in ends.tensor.consumers} - here
-
-    def _tensor_transfer(self, ends: TensorEnds, x: Sequence[int]) -> Transfer:
+    def _tensor_transfer(self, ends: TensorEnds, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
+        """One tensor's boxing under x, and the consumers that read it through it (on another
+        placement, or in another SBP than its producer's)."""
         t = ends.tensor
+        everyone = {c for c, _ in t.consumers}
         src = self.sbp_at(ends.producer, x[ends.producer.var])
-        targets = []
+        targets, unboxed = [], set()
         for c in ends.consumers:
             dst = self.sbp_at(c, x[c.var])
-            if c.strict and dst != src:
-                return Transfer(float("inf"), INFEASIBLE)
-            if dst != src and dst not in targets:
+            if dst == src:
+                unboxed.add(self.units[c.unit].ops[c.pos])
+            elif c.strict:
+                return Transfer(float("inf"), INFEASIBLE), everyone
+            elif dst not in targets:
                 targets.append(dst)
         total = Transfer(0.0, 0.0)
         for dst in targets:
             total = total + self.model.transfer(src, dst, t.shape, t.dtype)
         for _ in range(ends.remote):
             total = total + self.model.remote_transfer(src, t.shape, t.dtype)
-        return total
+        return total, everyone - unboxed
 
     def assignment_of(self, signatures: Dict[str, Signature]) -> Optional[List[int]]:
         """The variable assignment realising per-op signatures (None if some op cannot take its)."""
