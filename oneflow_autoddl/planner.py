@@ -1,10 +1,11 @@
 """plan(graph, cluster): the search end to end, and the Plan it returns.
 
 Seeds (data parallel, Megatron-style, ZeRO-style, everything replicated, OneFlow's greedy
-inference when the graph came from a Job) each get one sweep of coordinate descent; the two
-best then descend to convergence, and the cheapest result within the memory limit wins. When the fastest plans do not fit, a memory
-penalty is raised until one does; when no plan can fit, the error says how much memory
-the leanest plan needs.
+inference when the graph came from a Job) each get one sweep of coordinate descent; the best
+then descend to convergence under each objective, and the fastest result by the schedule
+(fewest bytes among near ties) within the memory limit wins. When the fastest plans do not
+fit, a memory penalty is raised until one does; when no plan can fit, the error says how much
+memory the leanest plan needs.
 """
 import logging
 import math
@@ -23,7 +24,7 @@ from .plan import OpEntry, Plan, Predicted, signature_texts
 from .remesh import remesh
 from .search import baselines
 from .search.descent import Descent
-from .search.problem import Breakdown, Problem
+from .search.problem import SERIAL, Breakdown, Problem, Weights
 from .sbp import Signature, format_nd
 from .search.units import PlanningError
 
@@ -31,9 +32,11 @@ log = logging.getLogger(__name__)
 
 PENALTY_ROUNDS = 12  # memory price x8 a round until the plan fits
 BISECTIONS = 2  # then halve the interval back towards the cheapest price that fits
-FINALISTS = 2
+FINALISTS = 2  # descents to convergence under the serial objective
+FINALISTS_OTHER = 1  # and under each other one (they start from all found before)
 TRANSFERS_KEPT = 50  # the costliest boxings a plan lists
 SEED_GROUP = 32  # largest group the first sweep from every seed solves
+BYTES_TIE = 0.005  # plans predicted this close to the fastest count as tied; the one moving fewest bytes wins
 
 
 def _gib(x: float) -> str:
@@ -51,6 +54,18 @@ def seeds(problem: Problem) -> Dict[str, List[int]]:
     return out
 
 
+def objectives(cluster: Cluster) -> List[Weights]:
+    """What the descents minimise. Compute plus all of each boxing, one after the other, always.
+    Where boxings wait on their peers at once (OneFlow's CPU boxing, cost.schedule) a boxing's
+    latency mostly hides behind other ready work while moving its bytes holds the device, so
+    there also compute plus moving alone, and once more with moving priced double: a step of a
+    Lagrangian towards fewer bytes, for the tie-break in Planner._best. On one NCCL stream
+    latencies queue, and the serial sum is the objective that sees them."""
+    if not cluster.concurrent_boxing:
+        return [SERIAL]
+    return [SERIAL, Weights(latency=0.0), Weights(moving=2.0, latency=0.0)]
+
+
 class Planner:
     """Holds one problem (graph, mesh, cluster) and searches it."""
 
@@ -63,6 +78,7 @@ class Planner:
         self.problem = Problem(graph, self.model, hold=hold, tie=tie)
         self._groups: Optional[List[List[int]]] = None  # the descent's, found once
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}  # seeds recur in every descent
+        self.objectives = objectives(cluster)
 
     def min_memory(self) -> float:
         return float(sum(m.min() for m in self.problem.memory))
@@ -73,32 +89,42 @@ class Planner:
             self._evaluated[key] = self.problem.evaluate(x)
         return self._evaluated[key]
 
-    def _best(self, candidates: Sequence[List[int]], weight: float) -> List[int]:
-        """The candidate of least predicted step time plus memory price. The descent lowers the
-        factors' sum of compute and boxing; its results are compared by what a step takes with
-        boxing overlapping compute (cost.schedule), evaluated tensor by tensor (the factors may
-        also count a boxing that consumers in different runs share more than once). A step takes
-        at least its compute, so a candidate whose compute alone is no better is not scheduled."""
+    def _best(self, candidates: Sequence[List[int]], weight: float, seeds: Sequence[List[int]] = ()) -> List[int]:
+        """The candidate of least predicted step time plus memory price, or among those within
+        BYTES_TIE of it and no slower than any of `seeds`, the one that moves fewest bytes.
+
+        The descents lower additive objectives; their results are compared by what a step takes
+        with boxing overlapping compute (cost.schedule), evaluated tensor by tensor (the factors
+        may also count a boxing that consumers in different runs share more than once). A step
+        takes at least its compute, so a candidate whose compute alone is too slow is not
+        scheduled."""
         p = self.problem
-        best, best_cost = None, math.inf
+        scored: Dict[Tuple[int, ...], Tuple[float, float]] = {}  # (cost, bytes)
+        fastest = math.inf
         for x in sorted(candidates, key=lambda y: p.objective(y, weight)):
             price = weight * p.memory_of(x)
-            if p.compute_of(x) + price >= best_cost:
+            if tuple(x) in scored or p.compute_of(x) + price >= fastest * (1 + BYTES_TIE):
                 continue
-            cost = self.evaluate(x).step_time + price
-            if cost < best_cost:
-                best, best_cost = x, cost
-        return best
+            detail = self.evaluate(x)
+            scored[tuple(x)] = (detail.step_time + price, detail.bytes_per_device)
+            fastest = min(fastest, detail.step_time + price)
+        ceiling = min([fastest * (1 + BYTES_TIE)] + [scored[tuple(x)][0] for x in seeds if tuple(x) in scored])
+        tied = [key for key, (cost, _) in scored.items() if cost <= ceiling]
+        return list(min(tied, key=lambda key: (scored[key][1], scored[key][0])))
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
-        """One sweep of the small groups from every seed, then descent to convergence (all groups)
-        from the best FINALISTS; the best of those and of the seeds themselves, evaluated exactly."""
-        d = Descent(self.problem, memory_weight=weight, groups=self._groups)
-        self._groups = d.groups
-        cost = lambda x: self.problem.objective(x, weight)  # noqa: E731
-        swept = sorted((d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts), key=cost)
-        done = [d.run(x) for x in swept[:FINALISTS]]
-        return self._best(done + swept + list(starts), weight)
+        """One sweep of the small groups from every seed; then for each objective, descent to
+        convergence (all groups) from the FINALISTS it ranks best among all found so far; the best
+        of all those and of the seeds themselves, evaluated exactly."""
+        found: List[List[int]] = []
+        for weights in self.objectives:
+            d = Descent(self.problem, memory_weight=weight, groups=self._groups, weights=weights)
+            self._groups = d.groups
+            if not found:
+                found = [d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts]
+            ranked = sorted(found, key=lambda x: self.problem.objective(x, weight, weights))
+            found += [d.run(x) for x in ranked[:FINALISTS if weights == SERIAL else FINALISTS_OTHER]]
+        return self._best(found + list(starts), weight, starts)
 
     def flattened(self) -> Optional[List[int]]:
         """On an n-D mesh whose axes all run over the same links, the best plan for the 1-D mesh

@@ -8,13 +8,14 @@ import pytest
 from irkit import Kit
 from oneflow_autoddl.cost.cluster import cluster_from_json, load_cluster
 from oneflow_autoddl.cost.model import CostModel
-from oneflow_autoddl.models import build_gpt
-from oneflow_autoddl.planner import Planner, plan
+from oneflow_autoddl.cost.model import INFEASIBLE
+from oneflow_autoddl.models import build_gpt, build_vgg
+from oneflow_autoddl.planner import BYTES_TIE, Planner, objectives, plan
 from oneflow_autoddl.remesh import remesh
 from oneflow_autoddl.search import baselines
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
-from oneflow_autoddl.search.problem import Problem
+from oneflow_autoddl.search.problem import SERIAL, Problem, Weights
 from oneflow_autoddl.search.units import PlanningError
 from oneflow_autoddl.sbp import B, S
 
@@ -116,6 +117,62 @@ def test_factor_objective_is_the_exact_evaluation(cpu):
     for _ in range(50):
         x = [int(rng.randint(d)) for d in problem.domain]
         assert problem.objective(x) == pytest.approx(problem.evaluate(x).serial_time, rel=1e-9)
+
+
+def test_weights_price_a_boxing_s_latency_apart(cpu):
+    problem = Problem(residual((2, 2)), CostModel(cpu, (2, 2)))
+    rng = np.random.RandomState(1)
+    for _ in range(50):
+        x = [int(rng.randint(d)) for d in problem.domain]
+        b = problem.evaluate(x)
+        latency = sum(tr.latency for tr in b.tensor_comm.values())
+        assert latency > 0 or not b.tensor_comm
+        assert problem.objective(x, weights=Weights(latency=0.0)) == pytest.approx(b.serial_time - latency, rel=1e-9)
+        assert problem.objective(x, weights=Weights(moving=2.0, latency=0.5)) == pytest.approx(
+            b.compute_time + 2 * (b.comm_time - latency) + 0.5 * latency, rel=1e-9)
+
+
+def test_what_oneflow_cannot_box_stays_infeasible_under_any_weights(cpu):
+    problem = Planner(build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu"), cpu).problem
+    free = problem.tables(Weights(moving=0.0, latency=0.0))
+    cannot = [(f.table >= INFEASIBLE, g.table) for f, g in zip(problem.factors, free)]
+    assert sum(int(mask.sum()) for mask, _ in cannot) > 0  # 2-D transitions OneFlow's CPU boxing lacks
+    for mask, table in cannot:
+        assert np.all(table[mask] >= INFEASIBLE) and np.all(table[~mask] == 0.0)
+
+
+def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu):
+    """On CPU ranks OneFlow's boxings wait on their peers at once (cost.schedule): the serial sum
+    charges the examples' VGG every latency, and its descents stop at a plan ~1% slower with
+    ~1.8x the bytes of one the schedule prefers. On one NCCL stream only the serial sum is used."""
+    def vgg():
+        return build_vgg(depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,), device="cpu")
+    assert objectives(load_cluster("dgx-a100")) == [SERIAL]
+    assert objectives(cpu)[0] == SERIAL and Weights(latency=0.0) in objectives(cpu)
+    serial = Planner(vgg(), cpu)
+    serial.objectives = [SERIAL]
+    both = Planner(vgg(), cpu)
+    a, b = serial.evaluate(serial.search()[0]), both.evaluate(both.search()[0])
+    assert b.step_time < a.step_time * 0.995
+    assert b.bytes_per_device < a.bytes_per_device * 0.7
+
+
+def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
+    """The examples' VGG on 4 CPU ranks: descents under each objective end within BYTES_TIE of one
+    another with different bytes (measured here: 3.10 and 3.12 MiB)."""
+    planner = Planner(build_vgg(depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,),
+                                device="cpu"), cpu)
+    seeds = list(baselines.BASELINES[name](planner.problem) for name in ("data_parallel", "megatron"))
+    candidates = seeds + [Descent(planner.problem, weights=w).run(y) for w in objectives(cpu) for y in seeds]
+    step = {tuple(y): planner.evaluate(y).step_time for y in candidates}
+    sent = {tuple(y): planner.evaluate(y).bytes_per_device for y in candidates}
+    fastest = min(step.values())
+    tied = [k for k in step if step[k] <= fastest * (1 + BYTES_TIE)]
+    assert len({sent[k] for k in tied}) > 1
+    pick = tuple(planner._best(candidates, 0.0))
+    assert pick in tied and sent[pick] == min(sent[k] for k in tied)
+    quickest = min(step, key=step.get)
+    assert planner._best(candidates, 0.0, seeds=[list(quickest)]) == list(quickest)
 
 
 def test_objective_of_a_training_graph_on_2x2_is_its_evaluation(cpu):

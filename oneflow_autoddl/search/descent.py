@@ -11,7 +11,7 @@ import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .eliminate import MAX_ENTRIES, Factor, condition, elimination_width, solve
-from .problem import Problem
+from .problem import SERIAL, Problem, Weights
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +52,13 @@ def neighbour_groups(problem: Problem) -> List[List[int]]:
 
 
 class Descent:
-    def __init__(self, problem: Problem, memory_weight: float = 0.0, groups: Optional[List[List[int]]] = None):
+    def __init__(self, problem: Problem, memory_weight: float = 0.0, groups: Optional[List[List[int]]] = None,
+                 weights: Weights = SERIAL):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
-        only, not on the memory price), so that they are not found again."""
+        only, not on the memory price or the weights), so that they are not found again."""
         self.problem = problem
         self.unary = problem.unary(memory_weight)
+        self.tables = problem.tables(weights)
         self.memory_weight = memory_weight
         if groups is None:
             scoped = [g for g in scope_groups(problem) if self._solvable(g)]
@@ -79,7 +81,7 @@ class Descent:
         fids = sorted({f for v in free for f in p.factors_of[v]})
         factors, current = [], 0.0
         for fid in fids:
-            f = p.factors[fid]
+            f = self.tables[fid]
             current += float(f.table[tuple(x[v] for v in f.vars)])
             c = condition(f.vars, f.table, free_set, x)
             if c is not None:

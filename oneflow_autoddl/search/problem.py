@@ -1,9 +1,11 @@
 """The planning problem as numbers: one variable per class of tied units, a cost table per tensor.
 
-Variable c picks one of `domain[c]` candidates. The predicted step time of a choice is
+Variable c picks one of `domain[c]` candidates. The search's objective for a choice is
     sum_c unary[c][x_c]  +  sum_f factor_f[x_f]
 where unary holds compute time (and, under a memory limit, a memory penalty) and each
-factor holds the boxing time of one or more tensors over the variables at their ends.
+factor holds the boxing time of one or more tensors over the variables at their ends: all
+of it (compute and boxing one after the other), or under other Weights its moving bytes and
+its latency priced apart. The predicted step time is the schedule of `evaluate`.
 OneFlow boxes a tensor once per distinct target SBP (GroupBoxingByDstParallel; measured:
 two consumers wanting B of one S(0) tensor cost one all-gather), so a tensor is one
 factor over its producer and all its consumers, not a sum of pairwise edges. A factor
@@ -34,6 +36,20 @@ log = logging.getLogger(__name__)
 # Plans are therefore compared exactly where it matters (Problem.evaluate, in the planner).
 # 1 << 18 found plans 0.3% faster on the examples' GPT on 2x2 but took 1.7x as long to plan them.
 MAX_FACTOR_ENTRIES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What a second of each part of a boxing costs in a descent's objective. SERIAL adds it all
+    to compute; where boxings wait on their peers at once (cost.schedule) the latency mostly
+    hides behind other work while moving bytes holds the device, so other weights give
+    descents that see what the schedule charges."""
+
+    moving: float = 1.0
+    latency: float = 1.0
+
+
+SERIAL = Weights()
 
 
 @dataclass
@@ -69,7 +85,7 @@ class Breakdown:
 
     @property
     def serial_time(self) -> float:
-        """Compute and boxing one after the other: what the search's objective adds up."""
+        """Compute and boxing one after the other: what the SERIAL objective adds up."""
         return self.compute_time + self.comm_time
 
 
@@ -86,7 +102,8 @@ class Problem:
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
-        self.factors: List[Factor] = self._make_factors()
+        self.factors, self._latency = self._make_factors()  # boxing time tables, and their latency part
+        self._weighted: Dict[Weights, List[Factor]] = {SERIAL: self.factors}
         self.scheduler = Scheduler(graph)
         self._ends_index = self._index_ends()
         self.factors_of: List[List[int]] = [[] for _ in self.var_units]
@@ -179,44 +196,50 @@ class Problem:
     def _ids(self, e: Endpoint, vocab: Dict[NdSbp, int]) -> np.ndarray:
         return np.array([vocab.setdefault(self.sbp_at(e, k), len(vocab)) for k in range(self.domain[e.var])])
 
-    def _make_factors(self) -> List[Factor]:
-        acc: Dict[Tuple[int, ...], np.ndarray] = {}
-        memo: Dict[tuple, List[Tuple[Tuple[int, ...], np.ndarray]]] = {}
+    def _make_factors(self) -> Tuple[List[Factor], List[np.ndarray]]:
+        acc: Dict[Tuple[int, ...], Tuple[np.ndarray, np.ndarray]] = {}
+        memo: Dict[tuple, List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]]] = {}
         for ends in self.ends:
             key = (self._ends_key(ends), ends.tensor.shape, ends.tensor.dtype)
             if key not in memo:
                 memo[key] = self._tensor_factors(ends)
-            for vars_, table in memo[key]:
+            for vars_, table, latency in memo[key]:
                 if vars_ in acc:
-                    acc[vars_] = acc[vars_] + table
+                    acc[vars_] = (acc[vars_][0] + table, acc[vars_][1] + latency)
                 else:
-                    acc[vars_] = table
-        return [Factor(v, t) for v, t in acc.items() if np.any(t)]
+                    acc[vars_] = (table, latency)
+        kept = [(v, t, lat) for v, (t, lat) in acc.items() if np.any(t)]
+        return [Factor(v, t) for v, t, _ in kept], [lat for _, _, lat in kept]
 
     @staticmethod
     def _ends_key(ends: TensorEnds) -> tuple:
         return (ends.remote, tuple((e.var, e.pos, e.bn, e.strict) for e in [ends.producer] + ends.consumers))
 
-    def _tensor_factors(self, ends: TensorEnds) -> List[Tuple[Tuple[int, ...], np.ndarray]]:
+    def _tensor_factors(self, ends: TensorEnds) -> List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]]:
+        """(variables, boxing time table, its latency part) of one tensor."""
         t, p = ends.tensor, ends.producer
         vocab: Dict[NdSbp, int] = {}
         src = self._ids(p, vocab)
         dsts = [self._ids(c, vocab) for c in ends.consumers]
         sbps = sorted(vocab, key=vocab.get)
-        box = np.array([[self.model.transfer(a, b, t.shape, t.dtype).time for b in sbps] for a in sbps])
+        transfers = [[self.model.transfer(a, b, t.shape, t.dtype) for b in sbps] for a in sbps]
+        box = np.array([[tr.time for tr in row] for row in transfers])
+        box_latency = np.array([[tr.latency for tr in row] for row in transfers])
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
-        boxes = [strict if c.strict else box for c in ends.consumers]
-        out: List[Tuple[Tuple[int, ...], np.ndarray]] = []
+        out: List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]] = []
         if ends.remote:
-            remote = np.array([self.model.remote_transfer(self.sbp_at(p, k), t.shape, t.dtype).time
-                               for k in range(self.domain[p.var])]) * ends.remote
-            out.append(((p.var,), remote))
+            remote = [self.model.remote_transfer(self.sbp_at(p, k), t.shape, t.dtype) for k in range(self.domain[p.var])]
+            out.append(((p.var,), np.array([tr.time for tr in remote]) * ends.remote,
+                        np.array([tr.latency for tr in remote]) * ends.remote))
         if not dsts:
             return out
         for chunk in self._chunks(p, ends.consumers):
             vars_ = tuple(sorted({p.var, *(ends.consumers[i].var for i in chunk)}))
-            out.append((vars_, _dedup_table(vars_, self.domain, p, src, [ends.consumers[i] for i in chunk],
-                                            [dsts[i] for i in chunk], [boxes[i] for i in chunk])))
+            consumers, ids = [ends.consumers[i] for i in chunk], [dsts[i] for i in chunk]
+            out.append((vars_, _dedup_table(vars_, self.domain, p, src, consumers, ids,
+                                            [strict if c.strict else box for c in consumers]),
+                        _dedup_table(vars_, self.domain, p, src, consumers, ids,
+                                     [0 * strict if c.strict else box_latency for c in consumers])))
         return out
 
     def _chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
@@ -242,9 +265,19 @@ class Problem:
             return self.compute
         return [c + memory_weight * m for c, m in zip(self.compute, self.memory)]
 
-    def objective(self, x: Sequence[int], memory_weight: float = 0.0) -> float:
+    def tables(self, weights: Weights = SERIAL) -> List[Factor]:
+        """The factors as `weights` price them (aligned with self.factors: same variables).
+        What OneFlow cannot do stays INFEASIBLE whatever the weights."""
+        if weights not in self._weighted:
+            self._weighted[weights] = [
+                Factor(f.vars, np.where(f.table >= INFEASIBLE, INFEASIBLE,
+                                        weights.moving * (f.table - lat) + weights.latency * lat))
+                for f, lat in zip(self.factors, self._latency)]
+        return self._weighted[weights]
+
+    def objective(self, x: Sequence[int], memory_weight: float = 0.0, weights: Weights = SERIAL) -> float:
         total = sum(float(u[x[v]]) for v, u in enumerate(self.unary(memory_weight)))
-        return total + sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self.factors)
+        return total + sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self.tables(weights))
 
     def compute_of(self, x: Sequence[int]) -> float:
         return float(sum(c[x[v]] for v, c in enumerate(self.compute)))
