@@ -8,9 +8,10 @@ step (wchar), measured side by side in one run (each plan timed in blocks, in th
 given and in reverse, `--rounds` times), the predicted ones, and each as a ratio to data
 parallel. Then, per model and mesh, the plans' order by predicted and by measured step
 time (the cpu-local cluster file is this machine's calibration), and for each pair of
-plans the measurement tells apart (every block of one faster than every block of the
-other: this machine's load moves step times by tens of percent) whether the prediction
-orders it the same way.
+different plans the measurement tells apart (every block of one faster than every block of
+the other: this machine's load moves step times by tens of percent) whether the prediction
+orders it the same way. Plans that compile to one program (the same SBP on every op) rank
+as one ("a = b"): what separates their measurements is the machine.
 """
 import itertools
 import argparse
@@ -50,21 +51,32 @@ def separated(a, b) -> bool:
     return max(a["block_step_s"]) < min(b["block_step_s"])
 
 
+def programs_of(group):
+    """The plans of one model and mesh as programs: those with the same SBP on every op are one
+    (named "a = b"), with the blocks of all of them and the mean of their measured times."""
+    by_program = {}
+    for r in group:
+        by_program.setdefault(r["program"], []).append(r)
+    return [{"plan": " = ".join(r["plan"] for r in rs), "predicted_step_s": rs[0]["predicted_step_s"],
+             "measured_step_s": statistics.mean(r["measured_step_s"] for r in rs),
+             "block_step_s": [b for r in rs for b in r["block_step_s"]]} for rs in by_program.values()]
+
+
 def order_kept(rows):
-    """Per (model, mesh): do predicted and measured step times rank the plans alike, in all and
-    over the pairs the measurement separates?"""
+    """Per (model, mesh): do predicted and measured step times rank the programs alike, in all
+    and over the pairs the measurement separates?"""
     out = []
     for key in sorted({(r["model"], r["mesh"]) for r in rows}):
-        group = [r for r in rows if (r["model"], r["mesh"]) == key]
-        by_pred = [r["plan"] for r in sorted(group, key=lambda r: r["predicted_step_s"])]
-        by_meas = [r["plan"] for r in sorted(group, key=lambda r: r["measured_step_s"])]
-        pairs = [(a, b) if separated(a, b) else (b, a) for a, b in itertools.combinations(group, 2)
+        programs = programs_of([r for r in rows if (r["model"], r["mesh"]) == key])
+        by_pred = [p["plan"] for p in sorted(programs, key=lambda p: p["predicted_step_s"])]
+        by_meas = [p["plan"] for p in sorted(programs, key=lambda p: p["measured_step_s"])]
+        pairs = [(a, b) if separated(a, b) else (b, a) for a, b in itertools.combinations(programs, 2)
                  if separated(a, b) or separated(b, a)]
         wrong = [f"{a['plan']} < {b['plan']}" for a, b in pairs if a["predicted_step_s"] >= b["predicted_step_s"]]
         out.append({"model": key[0], "mesh": key[1], "predicted order": " < ".join(by_pred),
                     "measured order": " < ".join(by_meas), "same": by_pred == by_meas,
-                    "separated pairs": len(pairs), "predicted alike": len(pairs) - len(wrong),
-                    "mispredicted": ", ".join(wrong) or "-"})
+                    "programs": len(programs), "separated pairs": len(pairs),
+                    "predicted alike": len(pairs) - len(wrong), "mispredicted": ", ".join(wrong) or "-"})
     return out
 
 
@@ -87,10 +99,11 @@ def main():
                 "pred. step ms", "pred. / DP", "pred. MiB", "pred. sent / DP"]))
     orders = order_kept(rows)
     print()
-    print(show(orders, ["model", "mesh", "predicted order", "measured order", "same", "separated pairs",
-                        "predicted alike", "mispredicted"],
-               ["model", "mesh", "by predicted step time", "by measured step time", "same order",
-                "pairs measured apart", "of them predicted alike", "measured faster, predicted not"]))
+    print(show(orders, ["model", "mesh", "predicted order", "measured order", "same", "programs",
+                        "separated pairs", "predicted alike", "mispredicted"],
+               ["model", "mesh", "by predicted step time (a = b: one program)", "by measured step time",
+                "same order", "programs", "pairs measured apart", "of them predicted alike",
+                "measured faster, predicted not"]))
     write_json(args.json, {"rows": rows, "orders": orders})
 
 

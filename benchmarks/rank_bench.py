@@ -1,5 +1,6 @@
 """On ranks: train the examples' models under several plans and measure what each moves and takes."""
 import atexit
+import hashlib
 import os
 import statistics
 import sys
@@ -15,6 +16,7 @@ import oneflow_autoddl  # noqa: E402
 import rank_models  # noqa: E402
 from oneflow_autoddl.adapter.job import read_job  # noqa: E402
 from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks  # noqa: E402
+from oneflow_autoddl.ir import Graph  # noqa: E402
 from oneflow_autoddl.planner import describe  # noqa: E402
 
 
@@ -25,6 +27,14 @@ def wchar() -> int:
             if line.startswith("wchar"):
                 return int(line.split()[1])
     raise RuntimeError("no wchar in /proc/self/io")
+
+
+def program_digest(graph: Graph) -> str:
+    """The SBP every planned op of a compiled Job runs with, hashed without the interface and
+    train-step ops (OneFlow numbers their names per graph): equal for two plans that are one
+    program, whose measured step times differ by this machine's noise alone."""
+    items = sorted((op.name, repr(op.native)) for op in graph.ops.values() if op.role not in ("io", "system"))
+    return hashlib.sha1(repr(items).encode()).hexdigest()[:12]
 
 
 def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
@@ -82,8 +92,10 @@ def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch
     rows = []
     for plan in plans:
         graph, _, note, losses = built[plan]
-        predicted = oneflow_autoddl.plan_of(graph) or describe(read_job(graph._full_graph_proto), cluster)
+        compiled = read_job(graph._full_graph_proto)
+        predicted = oneflow_autoddl.plan_of(graph) or describe(compiled, cluster)
         rows.append({"model": model, "mesh": mesh, "plan": plan, "rank": flow.env.get_rank(),
+                     "program": program_digest(compiled),
                      "measured_bytes": sent[plan], "predicted_bytes": predicted.predicted.bytes_per_device,
                      "measured_step_s": statistics.median(times[plan]), "block_step_s": blocks[plan],
                      "predicted_step_s": predicted.predicted.step_time_s,
