@@ -91,7 +91,8 @@ class Planner:
 
     def _best(self, candidates: Sequence[List[int]], weight: float, seeds: Sequence[List[int]] = ()) -> List[int]:
         """The candidate of least predicted step time plus memory price, or among those within
-        BYTES_TIE of it and no slower than any of `seeds`, the one that moves fewest bytes.
+        BYTES_TIE of its step time and no dearer than any of `seeds`, the one that moves
+        fewest bytes.
 
         The descents lower additive objectives; their results are compared by what a step takes
         with boxing overlapping compute (cost.schedule), evaluated tensor by tensor (the factors
@@ -100,15 +101,16 @@ class Planner:
         scheduled."""
         p = self.problem
         scored: Dict[Tuple[int, ...], Tuple[float, float]] = {}  # (cost, bytes)
-        fastest = math.inf
+        least, tie = math.inf, 0.0  # the least cost, and BYTES_TIE of that plan's step (not of its price)
         for x in sorted(candidates, key=lambda y: p.objective(y, weight)):
             price = weight * p.memory_of(x)
-            if tuple(x) in scored or p.compute_of(x) + price >= fastest * (1 + BYTES_TIE):
+            if tuple(x) in scored or p.compute_of(x) + price >= least + tie:
                 continue
             detail = self.evaluate(x)
             scored[tuple(x)] = (detail.step_time + price, detail.bytes_per_device)
-            fastest = min(fastest, detail.step_time + price)
-        ceiling = min([fastest * (1 + BYTES_TIE)] + [scored[tuple(x)][0] for x in seeds if tuple(x) in scored])
+            if detail.step_time + price < least:
+                least, tie = detail.step_time + price, BYTES_TIE * detail.step_time
+        ceiling = min([least + tie] + [scored[tuple(x)][0] for x in seeds if tuple(x) in scored])
         tied = [key for key, (cost, _) in scored.items() if cost <= ceiling]
         return list(min(tied, key=lambda key: (scored[key][1], scored[key][0])))
 
