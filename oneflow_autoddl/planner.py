@@ -90,9 +90,9 @@ class Planner:
         return self._evaluated[key]
 
     def _best(self, candidates: Sequence[List[int]], weight: float, seeds: Sequence[List[int]] = ()) -> List[int]:
-        """The candidate of least predicted step time plus memory price, or among those within
-        BYTES_TIE of its step time and no dearer than any of `seeds`, the one that moves
-        fewest bytes.
+        """The candidate of least predicted step time plus memory price (the fastest), or one
+        within BYTES_TIE of its step time, no dearer than any of `seeds`, that moves fewer bytes
+        by at least the fraction of the step it adds: of those, the one moving fewest.
 
         The descents lower additive objectives; their results are compared by what a step takes
         with boxing overlapping compute (cost.schedule), evaluated tensor by tensor (the factors
@@ -101,18 +101,21 @@ class Planner:
         scheduled."""
         p = self.problem
         scored: Dict[Tuple[int, ...], Tuple[float, float]] = {}  # (cost, bytes)
-        least, tie = math.inf, 0.0  # the least cost, and BYTES_TIE of that plan's step (not of its price)
+        fastest, step = None, 0.0  # the least cost, and that plan's step time (not its price)
         for x in sorted(candidates, key=lambda y: p.objective(y, weight)):
             price = weight * p.memory_of(x)
-            if tuple(x) in scored or p.compute_of(x) + price >= least + tie:
+            least = math.inf if fastest is None else scored[fastest][0]
+            if tuple(x) in scored or p.compute_of(x) + price >= least + BYTES_TIE * step:
                 continue
             detail = self.evaluate(x)
             scored[tuple(x)] = (detail.step_time + price, detail.bytes_per_device)
             if detail.step_time + price < least:
-                least, tie = detail.step_time + price, BYTES_TIE * detail.step_time
-        ceiling = min([least + tie] + [scored[tuple(x)][0] for x in seeds if tuple(x) in scored])
-        tied = [key for key, (cost, _) in scored.items() if cost <= ceiling]
-        return list(min(tied, key=lambda key: (scored[key][1], scored[key][0])))
+                fastest, step = tuple(x), detail.step_time
+        least, sent = scored[fastest]
+        ceiling = min([least + BYTES_TIE * step] + [scored[tuple(x)][0] for x in seeds if tuple(x) in scored])
+        worth = [fastest] + [key for key, (cost, moved) in scored.items()
+                             if cost <= ceiling and (sent - moved) / max(sent, 1.0) >= (cost - least) / step]
+        return list(min(worth, key=lambda key: (scored[key][1], scored[key][0])))
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
         """One sweep of the small groups from every seed; then for each objective, descent to
