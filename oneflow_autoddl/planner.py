@@ -36,7 +36,7 @@ FINALISTS = 2  # descents to convergence under the serial objective
 FINALISTS_OTHER = 1  # and under each other one (they start from all found before)
 TRANSFERS_KEPT = 50  # the costliest boxings a plan lists
 SEED_GROUP = 32  # largest group the first sweep from every seed solves
-BYTES_TIE = 0.005  # plans predicted this close to the fastest count as tied; the one moving fewest bytes wins
+BYTES_TIE = 0.005  # a plan at most this fraction slower than the fastest may win by moving fewer bytes (_best)
 
 
 def _gib(x: float) -> str:
@@ -114,7 +114,7 @@ class Planner:
         least, sent = scored[fastest]
         ceiling = min([least + BYTES_TIE * step] + [scored[tuple(x)][0] for x in seeds if tuple(x) in scored])
         worth = [fastest] + [key for key, (cost, moved) in scored.items()
-                             if cost <= ceiling and (sent - moved) / max(sent, 1.0) >= (cost - least) / step]
+                             if cost <= ceiling and (sent - moved) / max(sent, 1.0) * step >= cost - least]
         return list(min(worth, key=lambda key: (scored[key][1], scored[key][0])))
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
