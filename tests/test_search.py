@@ -119,6 +119,11 @@ def test_factor_objective_is_the_exact_evaluation(cpu):
         assert problem.objective(x) == pytest.approx(problem.evaluate(x).serial_time, rel=1e-9)
 
 
+def compared_vgg():
+    """The examples' VGG as benchmarks/compare_plans runs it on 4 CPU ranks."""
+    return build_vgg(depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,), device="cpu")
+
+
 def test_weights_price_a_boxing_s_latency_apart(cpu):
     problem = Problem(residual((2, 2)), CostModel(cpu, (2, 2)))
     rng = np.random.RandomState(1)
@@ -145,13 +150,11 @@ def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu
     """On CPU ranks OneFlow's boxings wait on their peers at once (cost.schedule): the serial sum
     charges the examples' VGG every latency, and its descents stop at a plan ~1% slower with
     ~1.8x the bytes of one the schedule prefers. On one NCCL stream only the serial sum is used."""
-    def vgg():
-        return build_vgg(depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,), device="cpu")
     assert objectives(load_cluster("dgx-a100")) == [SERIAL]
     assert objectives(cpu)[0] == SERIAL and Weights(latency=0.0) in objectives(cpu)
-    serial = Planner(vgg(), cpu)
+    serial = Planner(compared_vgg(), cpu)
     serial.objectives = [SERIAL]
-    both = Planner(vgg(), cpu)
+    both = Planner(compared_vgg(), cpu)
     a, b = serial.evaluate(serial.search()[0]), both.evaluate(both.search()[0])
     assert b.step_time < a.step_time * 0.995
     assert b.bytes_per_device < a.bytes_per_device * 0.7
@@ -160,8 +163,7 @@ def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu
 def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
     """The examples' VGG on 4 CPU ranks: descents under each objective end within BYTES_TIE of one
     another with different bytes (measured here: 3.10 and 3.12 MiB)."""
-    planner = Planner(build_vgg(depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,),
-                                device="cpu"), cpu)
+    planner = Planner(compared_vgg(), cpu)
     seeds = list(baselines.BASELINES[name](planner.problem) for name in ("data_parallel", "megatron"))
     candidates = seeds + [Descent(planner.problem, weights=w).run(y) for w in objectives(cpu) for y in seeds]
     step = {tuple(y): planner.evaluate(y).step_time for y in candidates}

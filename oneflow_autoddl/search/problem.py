@@ -226,6 +226,7 @@ class Problem:
         box = np.array([[tr.time for tr in row] for row in transfers])
         box_latency = np.array([[tr.latency for tr in row] for row in transfers])
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
+        no_latency = np.zeros_like(strict)  # a strict consumer's INFEASIBLE is all in the time table
         out: List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]] = []
         if ends.remote:
             remote = [self.model.remote_transfer(self.sbp_at(p, k), t.shape, t.dtype) for k in range(self.domain[p.var])]
@@ -239,7 +240,7 @@ class Problem:
             out.append((vars_, _dedup_table(vars_, self.domain, p, src, consumers, ids,
                                             [strict if c.strict else box for c in consumers]),
                         _dedup_table(vars_, self.domain, p, src, consumers, ids,
-                                     [0 * strict if c.strict else box_latency for c in consumers])))
+                                     [no_latency if c.strict else box_latency for c in consumers])))
         return out
 
     def _chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
