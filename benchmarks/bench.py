@@ -18,6 +18,18 @@ def on_ranks(target: str, mesh: str, timeout: float = 1800, **kwargs) -> List[An
     return run_on_ranks(target, NPROC[mesh], timeout=timeout, paths=[HERE], mesh=mesh, **kwargs)
 
 
+def round_orders(plans, rounds: int):
+    """The order plans run in each round: rotated by one a round, reversed every other cycle of
+    rotations, so that over 2 x len(plans) rounds each plan runs in every position of a round
+    equally often, and before and after its neighbours equally often."""
+    n = len(plans)
+    orders = []
+    for r in range(rounds):
+        order = list(plans[r % n:]) + list(plans[:r % n])
+        orders.append(order[::-1] if (r // n) % 2 else order)
+    return orders
+
+
 def show(rows: List[dict], columns: List[str], headers: List[str]) -> str:
     return tabulate([[r[c] for c in columns] for r in rows], headers=headers, tablefmt="github", floatfmt=".4g")
 

@@ -1,20 +1,23 @@
 """AutoDDL beside data parallel, Megatron-style and OneFlow's native auto-parallel, measured in one run.
 
-    python benchmarks/compare_plans.py [--meshes 4,2x2] [--rounds 1] [--json compare.json]
+    python benchmarks/compare_plans.py [--meshes 4,2x2] [--rounds 12] [--json compare.json]
 
 On 4 CPU ranks of this machine, for the examples' GPT and VGG models at sizes where
-communication is a large part of a step: median step time and bytes sent per rank per
-step (wchar), measured side by side in one run (each plan timed in blocks, in the order
-given and in reverse, `--rounds` times), the predicted ones, and each as a ratio to data
-parallel. Then, per model and mesh, the plans' order by predicted and by measured step
-time (the cpu-local cluster file is this machine's calibration), and for each pair of
-different plans the measurement tells apart (every block of one faster than every block of
-the other: this machine's load moves step times by tens of percent) whether the prediction
-orders it the same way. Plans that compile to one program (the same SBP on every op) rank
-as one ("a = b"): what separates their measurements is the machine.
+communication is a large part of a step: step time and bytes sent per rank per step (wchar),
+measured side by side in one run, the predicted ones, and each as a ratio to data parallel.
+The plans take turns: every round runs each plan for a block of `--steps` steps (rank_bench
+.measure), so a plan's block in round k and another's in round k ran seconds apart and their
+ratio is free of the machine's slow drifts in load, which move step times here by tens of
+percent. Then, per model and mesh, the plans' order by predicted and by measured step time
+(the cpu-local cluster file is this machine's calibration), and each pair of different plans
+the measurement tells apart: one faster in so many rounds that a fair coin would do it with
+probability below ALPHA (a two-sided sign test), with whether the prediction orders it the
+same way. Plans that compile to one program (the same SBP on every op) rank as one ("a = b"):
+what separates their measurements is the machine.
 """
-import itertools
 import argparse
+import itertools
+import math
 import statistics
 
 from bench import on_ranks, show, write_json
@@ -22,9 +25,10 @@ from bench import on_ranks, show, write_json
 GPT = {"layers": 2, "hidden": 512, "heads": 8, "seq_len": 32, "vocab": 512}
 VGG = {"depth": 16, "width_mult": 0.25, "image_size": 32, "num_classes": 10}
 PLANS = ["dp", "megatron", "native", "autoddl"]
+ALPHA = 0.01  # a pair is measured apart when the sign test's p-value is below this
 
 
-def run(meshes, models, steps=8, rounds=1):
+def run(meshes, models, steps=2, rounds=12):
     rows = []
     for mesh in meshes:
         for model in models:
@@ -40,26 +44,41 @@ def run(meshes, models, steps=8, rounds=1):
                 group.append(r)
             dp = group[0]
             for r in group:
-                for key in ("measured_step_s", "measured_bytes", "predicted_step_s", "predicted_bytes"):
+                r["measured_step_s/dp"] = paired_ratio(r["block_step_s"], dp["block_step_s"])
+                for key in ("measured_bytes", "predicted_step_s", "predicted_bytes"):
                     r[key + "/dp"] = r[key] / dp[key] if dp[key] else float("nan")
             rows += group
     return rows
 
 
+def paired_ratio(a, b) -> float:
+    """The median over rounds of a's block time over b's in the same round."""
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+def sign_test(wins: int, n: int) -> float:
+    """Two-sided p-value of `wins` of `n` rounds under a fair coin (exact binomial)."""
+    tail = sum(math.comb(n, k) for k in range(max(wins, n - wins), n + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
 def separated(a, b) -> bool:
-    """Every block of plan a was faster than every block of plan b."""
-    return max(a["block_step_s"]) < min(b["block_step_s"])
+    """Plan a was faster than plan b in so many of the rounds that chance is ruled out (ALPHA)."""
+    rounds = list(zip(a["block_step_s"], b["block_step_s"]))
+    wins = sum(x < y for x, y in rounds)
+    return wins > len(rounds) / 2 and sign_test(wins, len(rounds)) < ALPHA
 
 
 def programs_of(group):
     """The plans of one model and mesh as programs: those with the same SBP on every op are one
-    (named "a = b"), with the blocks of all of them and the mean of their measured times."""
+    (named "a = b"), with the mean of their blocks in each round and of their measured times."""
     by_program = {}
     for r in group:
         by_program.setdefault(r["program"], []).append(r)
     return [{"plan": " = ".join(r["plan"] for r in rs), "predicted_step_s": rs[0]["predicted_step_s"],
              "measured_step_s": statistics.mean(r["measured_step_s"] for r in rs),
-             "block_step_s": [b for r in rs for b in r["block_step_s"]]} for rs in by_program.values()]
+             "block_step_s": [statistics.mean(b) for b in zip(*(r["block_step_s"] for r in rs))]}
+            for rs in by_program.values()]
 
 
 def order_kept(rows):
@@ -84,18 +103,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--meshes", default="4,2x2")
     parser.add_argument("--models", default="gpt,vgg")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=1, help="passes in order and in reverse (each adds ~4 min)")
+    parser.add_argument("--steps", type=int, default=2, help="timed steps of a plan in each round")
+    parser.add_argument("--rounds", type=int, default=12, help="turns every plan takes (sign test: 11 of 12 to separate)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = run(args.meshes.split(","), args.models.split(","), args.steps, args.rounds)
     for r in rows:
         r["measured_ms"], r["predicted_ms"] = 1e3 * r["measured_step_s"], 1e3 * r["predicted_step_s"]
-        r["blocks_ms"] = f"{1e3 * min(r['block_step_s']):.0f}-{1e3 * max(r['block_step_s']):.0f}"
+        q = statistics.quantiles(r["block_step_s"], n=4)
+        r["blocks_ms"] = f"{1e3 * q[0]:.0f}-{1e3 * q[2]:.0f}"
         r["measured_mib"], r["predicted_mib"] = r["measured_bytes"] / 2 ** 20, r["predicted_bytes"] / 2 ** 20
     print(show(rows, ["model", "mesh", "plan", "measured_ms", "blocks_ms", "measured_step_s/dp", "measured_mib", "measured_bytes/dp",
                       "predicted_ms", "predicted_step_s/dp", "predicted_mib", "predicted_bytes/dp"],
-               ["model", "mesh", "plan", "step ms", "blocks ms", "step / DP", "MiB sent", "sent / DP",
+               ["model", "mesh", "plan", "step ms", "rounds ms (q1-q3)", "step / DP (paired)", "MiB sent", "sent / DP",
                 "pred. step ms", "pred. / DP", "pred. MiB", "pred. sent / DP"]))
     orders = order_kept(rows)
     print()

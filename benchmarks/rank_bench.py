@@ -14,6 +14,7 @@ import oneflow as flow  # noqa: E402
 
 import oneflow_autoddl  # noqa: E402
 import rank_models  # noqa: E402
+from bench import round_orders  # noqa: E402
 from oneflow_autoddl.adapter.job import read_job  # noqa: E402
 from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks  # noqa: E402
 from oneflow_autoddl.ir import Graph  # noqa: E402
@@ -57,15 +58,16 @@ def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
                            f"0.9.0 on CPU (register.cpp:75); run through AutoDDL's write-back instead")
 
 
-def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch: int = 8, sizes=None,
+def measure(model: str, mesh: str, plans, steps: int = 2, warmup: int = 2, batch: int = 8, sizes=None,
             cluster: str = "cpu-local", optimizer: str = "default", rounds: int = 1):
-    """For each plan: median step time (of all steps, and of each block), bytes sent per step by
-    this rank, and what was predicted.
+    """For each plan: median step time (of all steps, and of its block in each round), bytes sent
+    per step by this rank, and what was predicted.
 
-    The plans' graphs are all built first, then timed in blocks of `steps` steps in the order
-    given and again in reverse (A B C D D C B A), `rounds` times, so that a drift in the
-    machine's load weighs on every plan alike; each block starts with one untimed step. Bytes
-    are counted in the first pass (they are the same in every step)."""
+    The plans' graphs are all built first. Then each round runs every plan for one block of
+    `steps` timed steps, after one untimed step that brings the plan's state back into the
+    caches, in round_orders' order. Round k of one plan and round k of another ran seconds
+    apart, so their ratio is free of the machine's slow drifts in load (compare_plans pairs
+    them). Bytes are counted in the first round (they are the same in every step)."""
     built = {}
     for plan in plans:
         note = ""
@@ -77,7 +79,7 @@ def measure(model: str, mesh: str, plans, steps: int = 5, warmup: int = 2, batch
         losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
         built[plan] = (graph, inputs, note, losses)
     times, blocks, sent = {plan: [] for plan in plans}, {plan: [] for plan in plans}, {}
-    for order in (list(plans), list(reversed(plans))) * rounds:
+    for order in round_orders(plans, rounds):
         for plan in order:
             graph, inputs, _, losses = built[plan]
             losses.append(float(graph(*inputs).numpy()))
