@@ -19,9 +19,10 @@ PRESET_DIR = os.path.join(os.path.dirname(__file__), "presets")
 BACKENDS = ("nccl", "oneflow-cpu")
 # Kernels that run far below memory bandwidth on some backend (OneFlow 0.9.0's CPU kernels,
 # measured by `calibrate`): broadcasting an operand along the output's innermost axis (a
-# LayerNorm's per-row statistics, bias_add over NCHW channels), reductions, and activations
-# with transcendental functions. A cluster file may give each its own bandwidth.
-KERNEL_KINDS = ("inner_broadcast", "reduce", "transcendental")
+# LayerNorm's per-row statistics, bias_add over NCHW channels), reductions across a kept axis,
+# activations with transcendental functions, and the optimizers' updates (a scalar loop an
+# element). A cluster file may give each its own bandwidth (bytes the op reads and writes, per s).
+KERNEL_KINDS = ("inner_broadcast", "reduce", "transcendental", "sgd_update", "momentum_update", "adam_update")
 # The collectives behind SBP transitions (cost.boxing). A link level may give any of them its
 # own bandwidth and latency: on CPU, OneFlow's boxing moves bytes at a rate that depends on the
 # collective (its slicing, adding and socket work), measured by `calibrate`.

@@ -6,6 +6,7 @@ the bandwidth of the op's kernel kind where the cluster gives one (OneFlow's CPU
 for inner broadcasts, reductions and GELU run far below a plain elementwise pass), plus the
 cluster's fixed cost per op.
 Work is taken on the local shapes, so an op under B does the full, replicated work.
+Variables cost only the cost per op: their kernels move nothing.
 """
 import math
 from typing import Dict, Tuple
@@ -46,6 +47,10 @@ def blob_bytes(graph: Graph, op: Op, bn: str, nd: NdSbp, hierarchy) -> float:
 
 
 def op_time(cluster: Cluster, graph: Graph, op: Op, sig: Signature) -> float:
+    if op.role == "variable":
+        # A variable's kernel hands its buffer to its consumers and moves no bytes (on CPU
+        # ranks its share of the step's samples under `perf` is nil, whatever its size).
+        return cluster.op_overhead
     hierarchy = op.placement.hierarchy
     io_bytes = sum(blob_bytes(graph, op, bn, nd, hierarchy) for bn, nd in sig.items())
     rule = get_rule(op.type) if has_rule(op.type) else None

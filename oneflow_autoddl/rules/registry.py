@@ -7,6 +7,7 @@ logical shapes rule out (a split axis out of range, or a dimension smaller than 
 axes splitting it). A new op type is one decorated function in one module of this package.
 """
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -85,12 +86,15 @@ def rule(*op_types: str, same_sbp: Sequence[str] = (), fixed: bool = False, flop
 
 
 def inner_broadcast(v: OpView) -> Optional[str]:
-    """An input repeated along the output's innermost axis (x * (n, 1)): OneFlow 0.9.0's CPU
-    kernel for it runs ~100x below a plain elementwise pass (calibrate measures it)."""
+    """An operand repeated along the output's innermost axis (x * (n, 1)): OneFlow 0.9.0's CPU
+    kernel for it runs ~100x below a plain elementwise pass (calibrate measures it). An operand
+    of one element is a fill, which runs at the plain rate (a train step's sum backward: under
+    15 ns an element on CPU ranks, where x * (n, 1) takes ~150)."""
     out = v.shape(v.outs[0])
     if not out or out[-1] == 1:
         return None
-    return "inner_broadcast" if any(not v.shape(bn) or v.shape(bn)[-1] == 1 for bn in v.ins) else None
+    per_row = [bn for bn in v.ins if math.prod(v.shape(bn)) > 1]
+    return "inner_broadcast" if any(v.shape(bn)[-1] == 1 for bn in per_row) else None
 
 
 def split_each_axis(v: OpView, ndim: int, bns: Optional[Sequence[str]] = None) -> List[OneD]:
