@@ -19,15 +19,12 @@ SHAPES = [(1024, 256, 256), (256, 512, 512), (128, 512, 256), (128, 512, 768), (
 def rates(shapes):
     """On ranks: seconds per matmul of each shape (one stage holds two)."""
     import oneflow as flow
-    from oneflow_autoddl.adapter import calibrate as cal
+    from oneflow_autoddl.adapter.calibrate import broadcast_ones, split_ones, stage_time
     n = flow.env.get_world_size()
     place = flow.placement("cpu", ranks=list(range(n)))
-    out = []
-    for rows, k, m in shapes:
-        holder = cal._Holder(x=cal._split(place, rows * n, k), w=cal._bcast(place, k, m), w2=cal._bcast(place, m, k))
-        chain = cal._Chain(holder, lambda h, x: flow.matmul(flow.matmul(x, h.w), h.w2))
-        out.append(cal._step_time(chain) / cal.STAGES / 2)
-    return out
+    return [stage_time(lambda h, x: flow.matmul(flow.matmul(x, h.w), h.w2), x=split_ones(place, rows * n, k),
+                       w=broadcast_ones(place, k, m), w2=broadcast_ones(place, m, k)) / 2
+            for rows, k, m in shapes]
 
 
 def main():
