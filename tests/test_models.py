@@ -91,6 +91,15 @@ def test_gpt3_blocks_are_tied(gpt3):
     assert all([rep[name] for name in members[i]] == shared for i in range(1, 96))
 
 
+def test_vgg_ties_twin_convs_not_activations():
+    """Twin convs of a stage share one choice; the classifier's two ReLUs, alike in shape but
+    between different layers, each get their own (OneFlow's pass splits one and not the other)."""
+    rep = tie_ops(build_vgg(16, 0.25, 32, 10, 16, mesh=(4,), device="cpu"))
+    assert rep["model.features.21-conv2d-30"] == rep["model.features.19-conv2d-27"]
+    assert rep["model.classifier.4-relu-50"] == "model.classifier.4-relu-50"
+    assert rep["model.classifier.1-relu-47"] == "model.classifier.1-relu-47"
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("layers", [2, 3, 5])
 def test_gpt_op_counts_and_order(device, layers):

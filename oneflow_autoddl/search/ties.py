@@ -5,6 +5,11 @@ Repeated modules show up as sibling scopes that differ in one integer component
 order, have the same types, shapes, attributes and internal wiring. The k-th op of every
 identical sibling is then tied to the first sibling's k-th op: the search gives them one
 choice, and a 96-layer model costs about what one layer does to plan.
+
+Only siblings holding parameters are layers in that sense. A stateless one (a ReLU, a
+pool) is alike its siblings by shape alone while its neighbours differ: tying VGG's two
+classifier ReLUs forced the second to split like the first, where OneFlow's own pass
+keeps the small last layer replicated and moves fewer bytes.
 """
 import re
 from typing import Dict, List, Tuple
@@ -56,6 +61,8 @@ def tie_ops(graph: Graph) -> Dict[str, str]:
         first_of_key: Dict[tuple, List[str]] = {}
         for index in sorted(indices):
             names = members[(prefix, index)]
+            if not any(graph.op(name).role == "variable" for name in names):
+                continue
             key = _member_key(graph, names, f"{prefix}.{index}")
             if key in first_of_key:
                 for name, head in zip(names, first_of_key[key]):
