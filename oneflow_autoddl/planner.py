@@ -3,7 +3,8 @@
 Seeds (data parallel, Megatron-style, ZeRO-style, everything replicated, OneFlow's greedy
 inference when the graph came from a Job) each get one sweep of coordinate descent; the best
 then descend to convergence under each objective, and the fastest result by the schedule
-(fewest bytes among near ties) within the memory limit wins. When the fastest plans do not
+(fewest bytes among near ties) within the memory limit wins, once descents from it under
+every objective no longer replace it. When the fastest plans do not
 fit, a memory penalty is raised until one does; when no plan can fit, the error says how much
 memory the leanest plan needs.
 """
@@ -36,6 +37,7 @@ FINALISTS = 2  # descents to convergence under the serial objective
 FINALISTS_OTHER = 1  # and under each other one (they start from all found before)
 TRANSFERS_KEPT = 50  # the costliest boxings a plan lists
 SEED_GROUP = 32  # largest group the first sweep from every seed solves
+POLISH_ROUNDS = 3  # descents from the winner under every objective, until it stays the winner
 # A plan at most this fraction slower than the fastest may win by moving fewer bytes (_best).
 # Predicted step times are good to a few percent between plans at best (on CPU ranks the plans
 # of one model measure 0.75 to 1.14 times their prediction; cpu-local's figures move 10-20%
@@ -125,7 +127,9 @@ class Planner:
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
         """One sweep of the small groups from every seed; then for each objective, descent to
         convergence (all groups) from the FINALISTS it ranks best among all found so far; the best
-        of all those and of the seeds themselves, evaluated exactly."""
+        of all those and of the seeds themselves, evaluated exactly. Then the winner, which an
+        objective's descents did not start from when another objective found it, descends under
+        each objective in turn until it stays the winner (the GPT of compare_plans: 3% faster)."""
         found: List[List[int]] = []
         for weights in self.objectives:
             d = Descent(self.problem, memory_weight=weight, groups=self._groups, weights=weights)
@@ -134,7 +138,14 @@ class Planner:
                 found = [d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts]
             ranked = sorted(found, key=lambda x: self.problem.objective(x, weight, weights))
             found += [d.run(x) for x in ranked[:FINALISTS if weights == SERIAL else FINALISTS_OTHER]]
-        return self._best(found + list(starts), weight, starts)
+        best = self._best(found + list(starts), weight, starts)
+        for _ in range(POLISH_ROUNDS):
+            found += [Descent(self.problem, memory_weight=weight, groups=self._groups, weights=w).run(best)
+                      for w in self.objectives]
+            best, last = self._best(found + list(starts), weight, starts), best
+            if best == last:
+                break
+        return best
 
     def flattened(self) -> Optional[List[int]]:
         """On an n-D mesh whose axes all run over the same links, the best plan for the 1-D mesh
