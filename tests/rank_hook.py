@@ -99,9 +99,10 @@ def fallbacks():
 
 
 def _shared_module(steps: int = 3):
-    """Train then eval on one module, once with the plugin on both graphs and once data parallel."""
+    """Train then eval on one module: data parallel, and with the plugin on both graphs after
+    AutoDDL's and after ZeRO's train graph (its parameters split whatever the search picks)."""
     results = {}
-    for plan in ("dp", "autoddl"):
+    for plan in ("dp", "autoddl", "zero"):
         train, inputs = rank_models.build("gpt", "2", plan=plan)
         model, loss_fn = train.model.to(flow.nn.Module), train.loss_fn.to(flow.nn.Module)
 
@@ -109,7 +110,7 @@ def _shared_module(steps: int = 3):
             def __init__(self):
                 super().__init__()
                 self.model, self.loss_fn = model, loss_fn
-                if plan == "autoddl":
+                if plan != "dp":
                     self.config.enable_auto_parallel(True)
                     self.config.enable_auto_parallel_ignore_user_sbp_config(True)
 
@@ -120,5 +121,6 @@ def _shared_module(steps: int = 3):
         evaluate = Eval()
         results[plan] = {"train": losses, "eval": [float(evaluate(*inputs).numpy()) for _ in range(2)],
                          "train_after": _train(train, inputs, 1),
-                         "eval_plan": oneflow_autoddl.plan_of(evaluate) is not None if plan == "autoddl" else None}
+                         "eval_plan": oneflow_autoddl.plan_of(evaluate) is not None if plan != "dp" else None,
+                         "split": sum(any(s != flow.sbp.broadcast for s in p.sbp) for p in model.parameters())}
     return results

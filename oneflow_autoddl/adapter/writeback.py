@@ -75,9 +75,17 @@ def write_signatures(job: job_pb2.Job, planned: Dict[str, Signature]) -> job_pb2
 COPY_SUFFIX = "-autoddl-copy"
 
 
+def _variable_sbps(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str, tuple]:
+    """Each variable's SBP: the plan's, or the Job's own where the plan holds it (a parameter
+    another graph already placed keeps its split, and its readers must not box it either)."""
+    own = signatures_of(job)
+    sigs = {op.name: planned.get(op.name) or own.get(op.name) for op in job.net.op if op.HasField("variable_conf")}
+    return {name: sig["out"] for name, sig in sigs.items() if sig is not None}
+
+
 def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str, List[tuple]]:
     """variable op -> [(consumer op conf, arg, index)] reading it in another SBP than its own."""
-    variables = {op.name: op for op in job.net.op if op.HasField("variable_conf") and op.name in planned}
+    variables = _variable_sbps(job, planned)
     readers: Dict[str, List[tuple]] = {}
     for op in job.net.op:
         if not op.HasField("user_conf") or op.name not in planned:
@@ -85,8 +93,8 @@ def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str,
         for arg, lbns in op.user_conf.input.items():
             for i, lbn in enumerate(lbns.s):
                 var = lbn.split("/")[0]
-                if var in variables and planned[op.name][f"{arg}_{i}"] != planned[var]["out"] \
-                        and any(s.is_split for s in planned[var]["out"]):
+                if var in variables and planned[op.name][f"{arg}_{i}"] != variables[var] \
+                        and any(s.is_split for s in variables[var]):
                     readers.setdefault(var, []).append((op, arg, i))
     return readers
 
@@ -101,6 +109,7 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
     readers = _boxed_readers(job, planned)
     if not readers:
         return
+    sbps = _variable_sbps(job, planned)
     by_name = {op.name: op for op in job.net.op}
     view, helper = job.job_parallel_view_conf, job.helper
     for var, uses in readers.items():
@@ -118,7 +127,7 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
         args = helper.op_name2arg_signature[name].bn_in_op2lbi
         args["in_0"].op_name, args["in_0"].blob_name = var, "out"
         args["out_0"].op_name, args["out_0"].blob_name = name, "out_0"
-        nd = planned[var]["out"]
+        nd = sbps[var]
         for bn in ("in_0", "out_0"):
             view.op_name2nd_sbp_signature_conf[name].bn_in_op2nd_sbp[bn].sbp_parallel.extend(to_proto(s) for s in nd)
             if var in one_d_ops:
