@@ -39,10 +39,10 @@ TRANSFERS_KEPT = 50  # the costliest boxings a plan lists
 SEED_GROUP = 32  # largest group the first sweep from every seed solves
 POLISH_ROUNDS = 3  # descents from the winner under every objective, until it stays the winner
 # A plan at most this fraction slower than the fastest may win by moving fewer bytes (_best).
-# Predicted step times are good to a few percent between plans at best (on CPU ranks the plans
-# of one model measure 0.75 to 1.14 times their prediction; cpu-local's figures move 10-20%
-# between calibrations), while bytes are exact and what a shared network charges for: below
-# this margin the prediction does not tell plans apart, and the bandwidth decides.
+# Predicted step times are good to a few percent between plans at best (on CPU ranks the GPT's
+# four plans in compare_plans measure 0.62 to 0.76 times their prediction; cpu-local's figures
+# move 10-40% between calibrations), while bytes are exact and what a shared network charges
+# for: below this margin the prediction does not tell plans apart, and the bandwidth decides.
 BYTES_TIE = 0.03
 
 

@@ -18,20 +18,20 @@ load does not land on one of them: on this shared machine that moved comm_overla
     move back (local, but for the all-to-all: a second one), at two sizes, against the
     chain of the same stages without the boxing; bytes per rank are exact (cost.boxing),
     so the two points give the bandwidth and the latency per message, stalls included.
-    OneFlow's CPU boxing runs them at rates far apart (2026-12-02, 4 ranks, `--repeats 15`:
-    a reduce-scatter at 187 MB/s per rank, an all-gather at 377);
+    OneFlow's CPU boxing runs them at rates far apart (2026-12-03, 4 ranks, `--repeats 15`:
+    a reduce-scatter at 232 MB/s per rank, an all-gather at 637);
   - overlap: the matmul chain beside an independent all-gather chain in one graph, against
     each alone: the fraction of the gather's moving time (its latency and copies taken
     out) that the pair hides.
 Rank 0 writes the cluster JSON, with the date, machine and command in its `source`.
 """
 import json
+import math
 import os
 import platform
 import statistics
 import sys
 import time
-import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 import oneflow as flow
