@@ -149,8 +149,8 @@ def test_what_oneflow_cannot_box_stays_infeasible_under_any_weights(cpu):
 def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu):
     """On CPU ranks OneFlow's boxings wait on their peers at once (cost.schedule): the serial sum
     charges the examples' VGG every latency, and its descents stop at a plan slower (0.3% with
-    the committed cpu-local) with ~1.8x the bytes of one the schedule prefers. On one NCCL stream
-    only the serial sum is used."""
+    the committed cpu-local) that moves more bytes (1.7%) than one the schedule prefers. On one
+    NCCL stream only the serial sum is used."""
     assert objectives(load_cluster("dgx-a100")) == [SERIAL]
     assert objectives(cpu)[0] == SERIAL and Weights(latency=0.0) in objectives(cpu)
     serial = Planner(compared_vgg(), cpu)
@@ -158,7 +158,7 @@ def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu
     both = Planner(compared_vgg(), cpu)
     a, b = serial.evaluate(serial.search()[0]), both.evaluate(both.search()[0])
     assert b.step_time < a.step_time
-    assert b.bytes_per_device < a.bytes_per_device * 0.7
+    assert b.bytes_per_device < a.bytes_per_device
 
 
 def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
@@ -189,6 +189,18 @@ def test_the_winner_is_where_every_objective_s_descent_stops(cpu):
     for w in planner.objectives:
         y = Descent(planner.problem, groups=planner._groups, weights=w).run(x)
         assert planner._best([x, y] + seeds, 0.0, seeds) == x, w
+
+
+def test_single_moves_to_fewer_bytes_are_weighed(cpu):
+    """The examples' VGG on 4 CPU ranks: no descent takes a move that saves bytes for a few
+    microseconds (there, adding a bias before the all-reduce, not after: 4,680 bytes a step
+    less for 0.1 ms predicted); the moves _fewer_bytes offers _best take it."""
+    planner = Planner(compared_vgg(), cpu)
+    blind = Planner(compared_vgg(), cpu)
+    blind._fewer_bytes = lambda x, weight: []
+    a, b = planner.evaluate(planner.search()[0]), blind.evaluate(blind.search()[0])
+    assert a.bytes_per_device < b.bytes_per_device
+    assert a.step_time <= b.step_time * (1 + BYTES_TIE)
 
 
 def test_objective_of_a_training_graph_on_2x2_is_its_evaluation(cpu):

@@ -110,6 +110,14 @@ class Problem:
         for i, f in enumerate(self.factors):
             for v in set(f.vars):
                 self.factors_of[v].append(i)
+        self._tensors_of: List[List[int]] = [[] for _ in self.var_units]  # of each variable's first unit
+        self._vars_of: List[Tuple[int, ...]] = []  # of each tensor's ends
+        for i, ends in enumerate(self.ends):
+            ends_at = {(ends.producer.var, ends.producer.unit)} | {(c.var, c.unit) for c in ends.consumers}
+            self._vars_of.append(tuple(sorted({v for v, _ in ends_at})))
+            for v in sorted({v for v, u in ends_at if u == self.var_units[v][0]}):
+                self._tensors_of[v].append(i)
+        self._bytes_memo: Dict[Tuple[int, Tuple[int, ...]], float] = {}
 
     # -- variables ---------------------------------------------------------------------------
     def _make_vars(self, hold: Dict[str, str], tie: bool) -> None:
@@ -285,6 +293,18 @@ class Problem:
 
     def memory_of(self, x: Sequence[int]) -> float:
         return float(sum(m[x[v]] for v, m in enumerate(self.memory)))
+
+    def bytes_around(self, x: Sequence[int], var: int) -> float:
+        """Bytes per device that the boxings of the tensors `var`'s first unit produces or reads
+        move under x, times the units tied to it: what changing `var` alone can change, up to
+        tied units whose neighbours differ (for ranking moves; evaluate is exact)."""
+        return sum(self._tensor_bytes(i, x) for i in self._tensors_of[var]) * len(self.var_units[var])
+
+    def _tensor_bytes(self, i: int, x: Sequence[int]) -> float:
+        key = (i, tuple(x[v] for v in self._vars_of[i]))
+        if key not in self._bytes_memo:
+            self._bytes_memo[key] = self._tensor_transfer(self.ends[i], x)[0].bytes
+        return self._bytes_memo[key]
 
     def evaluate(self, x: Sequence[int]) -> Breakdown:
         """Exact step time, bytes and memory per device of assignment `x`."""
