@@ -38,13 +38,14 @@ FINALISTS_OTHER = 1  # and under each other one (they start from all found befor
 TRANSFERS_KEPT = 50  # the costliest boxings a plan lists
 SEED_GROUP = 32  # largest group the first sweep from every seed solves
 POLISH_ROUNDS = 3  # descents from the winner under every objective, until it stays the winner
-FLIPS = 32  # single-variable moves to fewer bytes a pick is weighed against (_thinner)
-MAX_MOVES = 32  # of them taken one after the other
+FLIPS = 8  # single-variable moves to fewer bytes a pick is weighed against (_thinner)
+MAX_MOVES = 16  # of them taken one after the other
 # A plan at most this fraction slower than the fastest may win by moving fewer bytes (_best).
-# Predicted step times are good to a few percent between plans at best (on CPU ranks the GPT's
-# four plans in compare_plans measure 0.62 to 0.76 times their prediction; cpu-local's figures
-# move 10-40% between calibrations), while bytes are exact and what a shared network charges
-# for: below this margin the prediction does not tell plans apart, and the bandwidth decides.
+# Predicted step times are good to a few percent between plans at best (on CPU ranks, in
+# compare_plans, predicted over measured differs by up to 14% between one model's plans;
+# cpu-local's figures move 10-40% between calibrations), while bytes are exact and what a
+# shared network charges for: below this margin the prediction does not tell plans apart, and
+# the bandwidth decides.
 BYTES_TIE = 0.03
 
 
@@ -162,24 +163,26 @@ class Planner:
         return best
 
     def _fewer_bytes(self, x: List[int], weight: float) -> List[List[int]]:
-        """x with one variable changed where that moves fewer bytes and adds under BYTES_TIE of
-        the step in compute: the FLIPS that save most, for _best to weigh. The descents lower
-        predicted time, and never take a move that saves bytes at a cost of microseconds, which
-        _best's tie would (VGG on 4 CPU ranks: a bias added before the all-reduce, not after)."""
+        """x with one variable changed where that moves fewer bytes, and where some objective's
+        rise is within what _best would pay for the bytes saved: the FLIPS that save most, for
+        _best to weigh exactly. The descents lower predicted time, and never take a move that
+        saves bytes at a cost of microseconds, which _best's tie would (VGG on 4 CPU ranks: a
+        bias added before the all-reduce, not after)."""
         p = self.problem
-        room = BYTES_TIE * self.evaluate(x).step_time
-        unary = p.unary(weight)
+        detail = self.evaluate(x)
+        price = detail.step_time / max(detail.bytes_per_device, 1.0)  # _best's seconds per byte saved
         flips = []
         for v in range(len(x)):
             if not p.is_free(v):
                 continue
             here, y = p.bytes_around(x, v), list(x)
-            for k in np.flatnonzero(unary[v] <= unary[v][x[v]] + room):
-                if k != x[v]:
-                    y[v] = int(k)
-                    saved = here - p.bytes_around(y, v)
-                    if saved > 0:
-                        flips.append((-saved, v, int(k)))
+            for k in range(p.domain[v]):
+                if k == x[v]:
+                    continue
+                y[v] = k
+                saved = here - p.bytes_around(y, v)
+                if saved > 0 and min(p.change(x, v, k, weight, w) for w in self.objectives) <= saved * price:
+                    flips.append((-saved, v, k))
         out = []
         for _, v, k in sorted(flips)[:FLIPS]:
             y = list(x)

@@ -119,6 +119,26 @@ def test_factor_objective_is_the_exact_evaluation(cpu):
         assert problem.objective(x) == pytest.approx(problem.evaluate(x).serial_time, rel=1e-9)
 
 
+def test_one_variable_changes_are_what_the_whole_objective_and_bytes_say(cpu):
+    """Problem.change and bytes_around price a single-variable move locally (for the moves to
+    fewer bytes); on an untied graph they are the whole objective's and evaluation's differences."""
+    problem = Problem(residual((4,)), CostModel(cpu, (4,)), tie=False)
+    rng = np.random.RandomState(1)
+    free = [v for v in range(len(problem.var_units)) if problem.is_free(v)]
+    for _ in range(60):
+        x = [int(rng.randint(d)) for d in problem.domain]
+        v = free[rng.randint(len(free))]
+        y = list(x)
+        y[v] = int(rng.randint(problem.domain[v]))
+        whole = problem.objective(y, 0.0, Weights(latency=0.0)) - problem.objective(x, 0.0, Weights(latency=0.0))
+        if not np.isfinite(whole):  # a boxing OneFlow has no builder for, on either side
+            continue
+        assert problem.change(x, v, y[v], 0.0, Weights(latency=0.0)) == pytest.approx(whole, abs=1e-12)
+        sent = problem.evaluate(y).bytes_per_device - problem.evaluate(x).bytes_per_device
+        if np.isfinite(sent):
+            assert problem.bytes_around(y, v) - problem.bytes_around(x, v) == pytest.approx(sent, abs=1e-6)
+
+
 def compared_vgg():
     """The examples' VGG as benchmarks/compare_plans runs it on 4 CPU ranks."""
     return build_vgg(depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,), device="cpu")

@@ -117,7 +117,7 @@ class Problem:
             self._vars_of.append(tuple(sorted({v for v, _ in ends_at})))
             for v in sorted({v for v, u in ends_at if u == self.var_units[v][0]}):
                 self._tensors_of[v].append(i)
-        self._bytes_memo: Dict[Tuple[int, Tuple[int, ...]], float] = {}
+        self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
 
     # -- variables ---------------------------------------------------------------------------
     def _make_vars(self, hold: Dict[str, str], tie: bool) -> None:
@@ -288,6 +288,17 @@ class Problem:
         total = sum(float(u[x[v]]) for v, u in enumerate(self.unary(memory_weight)))
         return total + sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self.tables(weights))
 
+    def change(self, x: Sequence[int], var: int, k: int, memory_weight: float = 0.0,
+               weights: Weights = SERIAL) -> float:
+        """What setting `var` to candidate k adds to objective(x, memory_weight, weights)."""
+        unary = self.unary(memory_weight)[var]
+        delta = float(unary[k] - unary[x[var]])
+        tables = self.tables(weights)
+        for fid in self.factors_of[var]:
+            f = tables[fid]
+            delta += float(f.table[tuple(k if u == var else x[u] for u in f.vars)] - f.table[tuple(x[u] for u in f.vars)])
+        return delta
+
     def compute_of(self, x: Sequence[int]) -> float:
         return float(sum(c[x[v]] for v, c in enumerate(self.compute)))
 
@@ -301,10 +312,15 @@ class Problem:
         return sum(self._tensor_bytes(i, x) for i in self._tensors_of[var]) * len(self.var_units[var])
 
     def _tensor_bytes(self, i: int, x: Sequence[int]) -> float:
+        return self._transfer_of(i, x)[0].bytes
+
+    def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
+        """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
+        (the final picks weigh many assignments one variable apart)."""
         key = (i, tuple(x[v] for v in self._vars_of[i]))
-        if key not in self._bytes_memo:
-            self._bytes_memo[key] = self._tensor_transfer(self.ends[i], x)[0].bytes
-        return self._bytes_memo[key]
+        if key not in self._transfer_memo:
+            self._transfer_memo[key] = self._tensor_transfer(self.ends[i], x)
+        return self._transfer_memo[key]
 
     def evaluate(self, x: Sequence[int]) -> Breakdown:
         """Exact step time, bytes and memory per device of assignment `x`."""
@@ -318,7 +334,7 @@ class Problem:
         waiting = {}
         for i in self._boxed_tensors(x):
             ends = self.ends[i]
-            tr, boxed = self._tensor_transfer(ends, x)
+            tr, boxed = self._transfer_of(i, x)
             if tr.bytes or tr.time:
                 b.tensor_comm[ends.tensor.lbn] = tr
                 waiting[ends.tensor.lbn] = (tr.time, tr.latency, boxed)
