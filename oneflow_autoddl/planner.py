@@ -99,9 +99,9 @@ class Planner:
             self._evaluated[key] = self.problem.evaluate(x)
         return self._evaluated[key]
 
-    def _best(self, candidates: Sequence[List[int]], weight: float, seeds: Sequence[List[int]] = ()) -> List[int]:
+    def _best(self, candidates: Sequence[List[int]], weight: float, experts: Sequence[List[int]] = ()) -> List[int]:
         """The candidate of least predicted step time plus memory price (the fastest), or one
-        within BYTES_TIE of its step time, no dearer than any of `seeds`, that moves fewer bytes
+        within BYTES_TIE of its step time, no dearer than any of `experts`, that moves fewer bytes
         by at least the fraction of the step it adds: of those, the one moving fewest.
 
         The descents lower additive objectives; their results are compared by what a step takes
@@ -122,7 +122,7 @@ class Planner:
             if detail.step_time + price < least:
                 fastest, step = tuple(x), detail.step_time
         least, sent = scored[fastest]
-        ceiling = min([least + BYTES_TIE * step] + [scored[tuple(x)][0] for x in seeds if tuple(x) in scored])
+        ceiling = min([least + BYTES_TIE * step] + [scored[tuple(x)][0] for x in experts if tuple(x) in scored])
         worth = [fastest] + [key for key, (cost, moved) in scored.items()
                              if cost <= ceiling and (sent - moved) / max(sent, 1.0) * step >= cost - least]
         return list(min(worth, key=lambda key: (scored[key][1], scored[key][0])))
@@ -150,13 +150,13 @@ class Planner:
                 break
         return best
 
-    def _thinner(self, pool: List[List[int]], weight: float, seeds: Sequence[List[int]]) -> List[int]:
+    def _thinner(self, pool: List[List[int]], weight: float, experts: Sequence[List[int]]) -> List[int]:
         """_best of the pool; then, while _best takes one, of the pool and single-variable moves
         from its pick to fewer bytes (_fewer_bytes). The pool's fastest stays in, so moves add up
         to no more than BYTES_TIE of its step."""
-        best = self._best(pool, weight, seeds)
+        best = self._best(pool, weight, experts)
         for _ in range(MAX_MOVES):
-            moved = self._best(pool + [best] + self._fewer_bytes(best, weight), weight, seeds)
+            moved = self._best(pool + [best] + self._fewer_bytes(best, weight), weight, experts)
             if moved == best:
                 break
             best = moved

@@ -196,7 +196,7 @@ def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
     assert len({sent[k] for k in tied}) > 1
     pick = tuple(planner._best(candidates, 0.0))
     assert pick in tied and sent[pick] == min(sent[k] for k in tied)
-    assert planner._best(candidates, 0.0, seeds=[list(quickest)]) == list(quickest)
+    assert planner._best(candidates, 0.0, experts=[list(quickest)]) == list(quickest)
 
 
 def test_the_winner_is_where_every_objective_s_descent_stops(cpu):
