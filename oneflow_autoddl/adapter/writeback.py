@@ -14,7 +14,7 @@ have a separated header the CommNet cannot register. So a variable whose consume
 another SBP is read through an inserted identity op (`<var>-autoddl-copy`), whose
 ordinary buffer can be sent. The copy is local: the shard, once per step.
 """
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from oneflow.core.job import job_pb2
 
@@ -75,18 +75,14 @@ def write_signatures(job: job_pb2.Job, planned: Dict[str, Signature]) -> job_pb2
 COPY_SUFFIX = "-autoddl-copy"
 
 
-def _variable_sbps(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str, tuple]:
-    """Each variable's SBP: the plan's, or the Job's own where the plan holds it (a parameter
-    another graph already placed keeps its split, and its readers must not box it either)."""
+def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str, Tuple[tuple, List[tuple]]]:
+    """variable op -> (its SBP, [(consumer op conf, arg, index)] reading it in another SBP).
+    A variable's SBP is the one in the Job, where write_signatures has put the plan's: a
+    variable the plan holds (a parameter another graph already placed) keeps its split there,
+    and its readers must not box it either."""
     own = signatures_of(job)
-    sigs = {op.name: planned.get(op.name) or own.get(op.name) for op in job.net.op if op.HasField("variable_conf")}
-    return {name: sig["out"] for name, sig in sigs.items() if sig is not None}
-
-
-def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str, List[tuple]]:
-    """variable op -> [(consumer op conf, arg, index)] reading it in another SBP than its own."""
-    variables = _variable_sbps(job, planned)
-    readers: Dict[str, List[tuple]] = {}
+    variables = {op.name: own[op.name]["out"] for op in job.net.op if op.HasField("variable_conf") and op.name in own}
+    readers: Dict[str, Tuple[tuple, List[tuple]]] = {}
     for op in job.net.op:
         if not op.HasField("user_conf") or op.name not in planned:
             continue
@@ -95,7 +91,7 @@ def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str,
                 var = lbn.split("/")[0]
                 if var in variables and planned[op.name][f"{arg}_{i}"] != variables[var] \
                         and any(s.is_split for s in variables[var]):
-                    readers.setdefault(var, []).append((op, arg, i))
+                    readers.setdefault(var, (variables[var], []))[1].append((op, arg, i))
     return readers
 
 
@@ -109,10 +105,9 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
     readers = _boxed_readers(job, planned)
     if not readers:
         return
-    sbps = _variable_sbps(job, planned)
     by_name = {op.name: op for op in job.net.op}
     view, helper = job.job_parallel_view_conf, job.helper
-    for var, uses in readers.items():
+    for var, (nd, uses) in readers.items():
         src, name = f"{var}/out", var + COPY_SUFFIX
         dst = f"{name}/out_0"
         copy = job.net.op.add()
@@ -127,7 +122,6 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
         args = helper.op_name2arg_signature[name].bn_in_op2lbi
         args["in_0"].op_name, args["in_0"].blob_name = var, "out"
         args["out_0"].op_name, args["out_0"].blob_name = name, "out_0"
-        nd = sbps[var]
         for bn in ("in_0", "out_0"):
             view.op_name2nd_sbp_signature_conf[name].bn_in_op2nd_sbp[bn].sbp_parallel.extend(to_proto(s) for s in nd)
             if var in one_d_ops:
