@@ -4,9 +4,9 @@ Seeds (data parallel, Megatron-style, ZeRO-style, everything replicated, OneFlow
 inference when the graph came from a Job) each get one sweep of coordinate descent; the best
 then descend to convergence under each objective, and the fastest result by the schedule
 (fewest bytes among near ties) within the memory limit wins, once descents from it under
-every objective and single-variable moves from it to fewer bytes no longer replace it. When the fastest plans do not
-fit, a memory penalty is raised until one does; when no plan can fit, the error says how much
-memory the leanest plan needs.
+every objective and single-variable moves from it to fewer bytes no longer replace it. When
+the fastest plans do not fit, a memory penalty is raised until one does; when no plan can
+fit, the error says how much memory the leanest plan needs.
 """
 import logging
 import math
@@ -130,9 +130,10 @@ class Planner:
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
         """One sweep of the small groups from every seed; then for each objective, descent to
         convergence (all groups) from the FINALISTS it ranks best among all found so far; the best
-        of all those and of the seeds themselves, evaluated exactly. Then the winner, which an
-        objective's descents did not start from when another objective found it, descends under
-        each objective in turn until it stays the winner (the GPT of compare_plans: 3% faster)."""
+        of all those and of the seeds themselves, evaluated exactly, and of moves from it to fewer
+        bytes (_thinner). Then the pick, which an objective's descents did not start from when
+        another objective found it, descends under each objective in turn until it stays the pick
+        (the GPT of compare_plans: a plan 3% faster)."""
         found: List[List[int]] = []
         for weights in self.objectives:
             d = Descent(self.problem, memory_weight=weight, groups=self._groups, weights=weights)

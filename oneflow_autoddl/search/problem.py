@@ -309,10 +309,7 @@ class Problem:
         """Bytes per device that the boxings of the tensors `var`'s first unit produces or reads
         move under x, times the units tied to it: what changing `var` alone can change, up to
         tied units whose neighbours differ (for ranking moves; evaluate is exact)."""
-        return sum(self._tensor_bytes(i, x) for i in self._tensors_of[var]) * len(self.var_units[var])
-
-    def _tensor_bytes(self, i: int, x: Sequence[int]) -> float:
-        return self._transfer_of(i, x)[0].bytes
+        return sum(self._transfer_of(i, x)[0].bytes for i in self._tensors_of[var]) * len(self.var_units[var])
 
     def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
         """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
