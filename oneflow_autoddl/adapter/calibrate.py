@@ -6,7 +6,7 @@ ranks at once (they share the cores), as the median over many steps of chains of
 identical stages. Every figure read from two or more graphs (a difference, a ratio) is taken
 with those graphs taking turns step by step (step_times), so that a drift in the machine's
 load does not land on one of them: on this shared machine that moved comm_overlap from 0 to
-0.4 between runs, and now leaves it at 0.
+0.4 between runs, and now reads 0 to 0.11.
   - compute: each stage a float32 matmul, FLOP/s from the step time;
   - the cost of any op: each stage an add of 16 floats;
   - memory bandwidth: each stage an elementwise add over arrays far larger than the caches;
@@ -128,19 +128,18 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     not be taken at different loads. Matmuls of rows x width by width x width per rank, adds of 16
     and of ADD_ELEMS floats, the kinds on KERNEL_ROWS x KERNEL_WIDTH."""
     n = flow.env.get_world_size()
-    elems, kernel_rows = ADD_ELEMS, KERNEL_ROWS
-    holder = _Holder(x=split_ones(place, kernel_rows * n, KERNEL_WIDTH), col=split_ones(place, kernel_rows * n, 1),
+    holder = _Holder(x=split_ones(place, KERNEL_ROWS * n, KERNEL_WIDTH), col=split_ones(place, KERNEL_ROWS * n, 1),
                      row=broadcast_ones(place, 1, KERNEL_WIDTH))
     matmul = _Chain(_Holder(x=split_ones(place, rows * n, width), w=broadcast_ones(place, width, width)),
                     lambda h, x: flow.matmul(x, h.w))
     kinds = list(KERNEL_STAGES)
-    chains = [matmul, _add_chain(place, 16 * n), _add_chain(place, elems * n), _Chain(holder, lambda h, x: x - h.row)]
+    chains = [matmul, _add_chain(place, 16 * n), _add_chain(place, ADD_ELEMS * n), _Chain(holder, lambda h, x: x - h.row)]
     matmul_s, overhead, add, plain, *timed = (t / STAGES for t in step_times(
         *chains, *(_Chain(holder, KERNEL_STAGES[k][0]) for k in kinds)))
-    array = 4 * kernel_rows * KERNEL_WIDTH
+    array = 4 * KERNEL_ROWS * KERNEL_WIDTH
     kernels = {kind: KERNEL_STAGES[kind][1] * array / max(t - (plain if kind == "reduce" else overhead), 1e-9)
                for kind, t in zip(kinds, timed)}
-    return 2 * rows * width * width / matmul_s, overhead, 3 * 4 * elems / max(add - overhead, 1e-9), kernels
+    return 2 * rows * width * width / matmul_s, overhead, 3 * 4 * ADD_ELEMS / max(add - overhead, 1e-9), kernels
 
 
 class _Params(flow.nn.Module):
@@ -250,7 +249,8 @@ def _overlap(place, rows: int, width: int, latency: float) -> float:
     (boxings wait on their peers at once) and only the moving time (less this fraction) holds
     the compute, so the chain's latency (`latency` a message, from the all-gather's calibration)
     and its local copies are taken out before the fraction is formed. Counted in, the hidden
-    waits alone read as overlap (0.23-0.41 on 4 ranks of 2 cores, where this gives 0.07-0.21)."""
+    waits alone read as overlap (0.28 and 0.40 in two calibrations on 4 ranks of 2 cores; this
+    reads 0 to 0.11)."""
     holder = _Holder(x=split_ones(place, rows, width), w=broadcast_ones(place, width, width), z=split_ones(place, rows, width))
     matmul, gather, copies = (lambda h, x: flow.matmul(x, h.w)), _boxing_stage(("B", "S0")), _boxing_stage(())
     alone, gathered, copied, both = step_times(*(_Chain(holder, stage) for stage in (matmul, gather, copies)),
@@ -288,15 +288,14 @@ def measure(out: str, command: str, repeats: int = REPEATS) -> dict:
                                                      "latency": c["latency"]} for k, c in collectives.items()}}},
         "source": f"measured {time.strftime('%Y-%m-%d')} on {platform.node()} by `{command}`: {n} OneFlow "
                   f"{flow.__version__} CPU ranks at once, in nn.Graphs of {STAGES} stages (median of {repeats} "
-                  f"steps, the graphs a figure is read from taking turns): float32 matmuls ({big // n}x{width} by {width}x{width} per rank), elementwise adds "
-                  f"of {ADD_ELEMS} floats (and of 16, the cost per op), on {KERNEL_ROWS}x{KERNEL_WIDTH} floats "
-                  f"x * ({KERNEL_ROWS}, 1), "
-                  f"x - x.sum(0) and gelu(x), train steps of SGD, momentum and Adam over {STAGES} parameters of "
-                  f"{UPDATE_SIZES[0]} and {UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), chains of each collective "
-                  f"on {small}x{width} and "
-                  f"{big}x{width} floats against the chains without it (links; the base figures are the "
-                  f"all-gather's), and the matmul chain beside an all-gather chain (comm_overlap). One machine, so "
-                  f"inter-node = intra-node.",
+                  f"steps, the graphs a figure is read from taking turns): float32 matmuls ({big // n}x{width} "
+                  f"by {width}x{width} per rank), elementwise adds of {ADD_ELEMS} floats (and of 16, the cost "
+                  f"per op), on {KERNEL_ROWS}x{KERNEL_WIDTH} floats x * ({KERNEL_ROWS}, 1), x - x.sum(0) and "
+                  f"gelu(x), train steps of SGD, momentum and Adam over {STAGES} parameters of {UPDATE_SIZES[0]} "
+                  f"and {UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), chains of each collective on "
+                  f"{small}x{width} and {big}x{width} floats against the chains without it (links; the base "
+                  f"figures are the all-gather's), and the matmul chain beside an all-gather chain "
+                  f"(comm_overlap). One machine, so inter-node = intra-node.",
     }
     cluster_from_json(data)
     if flow.env.get_rank() == 0:
