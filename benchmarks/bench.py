@@ -1,4 +1,5 @@
 """Running benchmark rank functions and printing their tables."""
+
 import json
 import os
 import sys
@@ -25,13 +26,15 @@ def round_orders(plans, rounds: int):
     n = len(plans)
     orders = []
     for r in range(rounds):
-        order = list(plans[r % n:]) + list(plans[:r % n])
+        order = list(plans[r % n :]) + list(plans[: r % n])
         orders.append(order[::-1] if (r // n) % 2 else order)
     return orders
 
 
 def show(rows: List[dict], columns: List[str], headers: List[str]) -> str:
-    return tabulate([[r[c] for c in columns] for r in rows], headers=headers, tablefmt="github", floatfmt=".4g")
+    return tabulate(
+        [[r[c] for c in columns] for r in rows], headers=headers, tablefmt="github", floatfmt=".4g"
+    )
 
 
 def write_json(path: str, rows: Any) -> None:

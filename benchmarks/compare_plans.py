@@ -1,4 +1,5 @@
-"""AutoDDL beside data parallel, Megatron-style and OneFlow's native auto-parallel, measured in one run.
+"""AutoDDL beside data parallel, Megatron-style and OneFlow's native auto-parallel, measured in one
+run.
 
     python benchmarks/compare_plans.py [--meshes 4,2x2] [--rounds 12] [--json compare.json]
 
@@ -15,6 +16,7 @@ probability below ALPHA (a two-sided sign test), with whether the prediction ord
 same way. Plans that compile to one program (the same SBP on every op) rank as one ("a = b"):
 what separates their measurements is the machine.
 """
+
 import argparse
 import itertools
 import math
@@ -33,14 +35,25 @@ def run(meshes, models, steps=2, rounds=12):
     for mesh in meshes:
         for model in models:
             sizes, batch = (GPT, 8) if model == "gpt" else (VGG, 16)
-            per_rank = on_ranks("rank_bench:measure", mesh, model=model, plans=PLANS, steps=steps, batch=batch,
-                                sizes=sizes, warmup=3, rounds=rounds)
+            per_rank = on_ranks(
+                "rank_bench:measure",
+                mesh,
+                model=model,
+                plans=PLANS,
+                steps=steps,
+                batch=batch,
+                sizes=sizes,
+                warmup=3,
+                rounds=rounds,
+            )
             group = []
             for i in range(len(PLANS)):
                 r = dict(per_rank[0][i])
                 r["measured_bytes"] = statistics.mean(p[i]["measured_bytes"] for p in per_rank)
                 r["measured_step_s"] = max(p[i]["measured_step_s"] for p in per_rank)
-                r["block_step_s"] = [max(b) for b in zip(*(p[i]["block_step_s"] for p in per_rank))]  # slowest rank
+                r["block_step_s"] = [
+                    max(b) for b in zip(*(p[i]["block_step_s"] for p in per_rank))
+                ]  # slowest rank
                 group.append(r)
             dp = group[0]
             for r in group:
@@ -58,7 +71,7 @@ def paired_ratio(a, b) -> float:
 
 def sign_test(wins: int, n: int) -> float:
     """Two-sided p-value of `wins` of `n` rounds under a fair coin (exact binomial)."""
-    tail = sum(math.comb(n, k) for k in range(max(wins, n - wins), n + 1)) / 2 ** n
+    tail = sum(math.comb(n, k) for k in range(max(wins, n - wins), n + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 
@@ -75,10 +88,15 @@ def programs_of(group):
     by_program = {}
     for r in group:
         by_program.setdefault(r["program"], []).append(r)
-    return [{"plan": " = ".join(r["plan"] for r in rs), "predicted_step_s": rs[0]["predicted_step_s"],
-             "measured_step_s": statistics.mean(r["measured_step_s"] for r in rs),
-             "block_step_s": [statistics.mean(b) for b in zip(*(r["block_step_s"] for r in rs))]}
-            for rs in by_program.values()]
+    return [
+        {
+            "plan": " = ".join(r["plan"] for r in rs),
+            "predicted_step_s": rs[0]["predicted_step_s"],
+            "measured_step_s": statistics.mean(r["measured_step_s"] for r in rs),
+            "block_step_s": [statistics.mean(b) for b in zip(*(r["block_step_s"] for r in rs))],
+        }
+        for rs in by_program.values()
+    ]
 
 
 def order_kept(rows):
@@ -89,41 +107,121 @@ def order_kept(rows):
         programs = programs_of([r for r in rows if (r["model"], r["mesh"]) == key])
         by_pred = [p["plan"] for p in sorted(programs, key=lambda p: p["predicted_step_s"])]
         by_meas = [p["plan"] for p in sorted(programs, key=lambda p: p["measured_step_s"])]
-        pairs = [(a, b) if separated(a, b) else (b, a) for a, b in itertools.combinations(programs, 2)
-                 if separated(a, b) or separated(b, a)]
-        wrong = [f"{a['plan']} < {b['plan']}" for a, b in pairs if a["predicted_step_s"] >= b["predicted_step_s"]]
-        out.append({"model": key[0], "mesh": key[1], "predicted order": " < ".join(by_pred),
-                    "measured order": " < ".join(by_meas), "same": by_pred == by_meas,
-                    "programs": len(programs), "separated pairs": len(pairs),
-                    "predicted alike": len(pairs) - len(wrong), "mispredicted": ", ".join(wrong) or "-"})
+        pairs = [
+            (a, b) if separated(a, b) else (b, a)
+            for a, b in itertools.combinations(programs, 2)
+            if separated(a, b) or separated(b, a)
+        ]
+        wrong = [
+            f"{a['plan']} < {b['plan']}"
+            for a, b in pairs
+            if a["predicted_step_s"] >= b["predicted_step_s"]
+        ]
+        out.append(
+            {
+                "model": key[0],
+                "mesh": key[1],
+                "predicted order": " < ".join(by_pred),
+                "measured order": " < ".join(by_meas),
+                "same": by_pred == by_meas,
+                "programs": len(programs),
+                "separated pairs": len(pairs),
+                "predicted alike": len(pairs) - len(wrong),
+                "mispredicted": ", ".join(wrong) or "-",
+            }
+        )
     return out
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--meshes", default="4,2x2")
     parser.add_argument("--models", default="gpt,vgg")
     parser.add_argument("--steps", type=int, default=2, help="timed steps of a plan in each round")
-    parser.add_argument("--rounds", type=int, default=12, help="turns every plan takes (sign test: 11 of 12 to separate)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=12,
+        help="turns every plan takes (sign test: 11 of 12 to separate)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = run(args.meshes.split(","), args.models.split(","), args.steps, args.rounds)
     for r in rows:
-        r["measured_ms"], r["predicted_ms"] = 1e3 * r["measured_step_s"], 1e3 * r["predicted_step_s"]
+        r["measured_ms"], r["predicted_ms"] = (
+            1e3 * r["measured_step_s"],
+            1e3 * r["predicted_step_s"],
+        )
         q = statistics.quantiles(r["block_step_s"], n=4)
         r["blocks_ms"] = f"{1e3 * q[0]:.0f}-{1e3 * q[2]:.0f}"
-        r["measured_mib"], r["predicted_mib"] = r["measured_bytes"] / 2 ** 20, r["predicted_bytes"] / 2 ** 20
-    print(show(rows, ["model", "mesh", "plan", "measured_ms", "blocks_ms", "measured_step_s/dp", "measured_mib", "measured_bytes/dp",
-                      "predicted_ms", "predicted_step_s/dp", "predicted_mib", "predicted_bytes/dp"],
-               ["model", "mesh", "plan", "step ms", "rounds ms (q1-q3)", "step / DP (paired)", "MiB sent", "sent / DP",
-                "pred. step ms", "pred. / DP", "pred. MiB", "pred. sent / DP"]))
+        r["measured_mib"], r["predicted_mib"] = (
+            r["measured_bytes"] / 2**20,
+            r["predicted_bytes"] / 2**20,
+        )
+    print(
+        show(
+            rows,
+            [
+                "model",
+                "mesh",
+                "plan",
+                "measured_ms",
+                "blocks_ms",
+                "measured_step_s/dp",
+                "measured_mib",
+                "measured_bytes/dp",
+                "predicted_ms",
+                "predicted_step_s/dp",
+                "predicted_mib",
+                "predicted_bytes/dp",
+            ],
+            [
+                "model",
+                "mesh",
+                "plan",
+                "step ms",
+                "rounds ms (q1-q3)",
+                "step / DP (paired)",
+                "MiB sent",
+                "sent / DP",
+                "pred. step ms",
+                "pred. / DP",
+                "pred. MiB",
+                "pred. sent / DP",
+            ],
+        )
+    )
     orders = order_kept(rows)
     print()
-    print(show(orders, ["model", "mesh", "predicted order", "measured order", "same", "programs",
-                        "separated pairs", "predicted alike", "mispredicted"],
-               ["model", "mesh", "by predicted step time (a = b: one program)", "by measured step time",
-                "same order", "programs", "pairs measured apart", "of them predicted alike",
-                "measured faster, predicted not"]))
+    print(
+        show(
+            orders,
+            [
+                "model",
+                "mesh",
+                "predicted order",
+                "measured order",
+                "same",
+                "programs",
+                "separated pairs",
+                "predicted alike",
+                "mispredicted",
+            ],
+            [
+                "model",
+                "mesh",
+                "by predicted step time (a = b: one program)",
+                "by measured step time",
+                "same order",
+                "programs",
+                "pairs measured apart",
+                "of them predicted alike",
+                "measured faster, predicted not",
+            ],
+        )
+    )
     write_json(args.json, {"rows": rows, "orders": orders})
 
 

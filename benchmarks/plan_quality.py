@@ -10,19 +10,27 @@ bounds. A row's global batch is the largest of 8 per device, 1 per device and 1 
 device of mesh axis 0 that some plan fits in memory. AutoDDL must be no slower than the
 fastest baseline that fits, in every row.
 """
+
 import argparse
 import math
 
 from bench import show, write_json
+
 from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import Planner, plan
 
-GPTS = {"gpt-2.7b": dict(layers=32, hidden=2560, heads=32, seq_len=2048, vocab=50257),
-        "gpt-13b": dict(layers=40, hidden=5120, heads=40, seq_len=2048, vocab=50257),
-        "gpt-175b": dict(layers=96, hidden=12288, heads=96, seq_len=2048, vocab=50257)}
+GPTS = {
+    "gpt-2.7b": dict(layers=32, hidden=2560, heads=32, seq_len=2048, vocab=50257),
+    "gpt-13b": dict(layers=40, hidden=5120, heads=40, seq_len=2048, vocab=50257),
+    "gpt-175b": dict(layers=96, hidden=12288, heads=96, seq_len=2048, vocab=50257),
+}
 MESHES = {"dgx-a100": [(8,), (2, 4), (8, 8), (16, 64), (128, 8)], "piz-daint": [(8,), (16, 64)]}
-QUICK = [("gpt-2.7b", (2, 4), "dgx-a100"), ("vgg16", (8,), "dgx-a100"), ("vgg16", (8,), "piz-daint")]
+QUICK = [
+    ("gpt-2.7b", (2, 4), "dgx-a100"),
+    ("vgg16", (8,), "dgx-a100"),
+    ("vgg16", (8,), "piz-daint"),
+]
 BASELINES = ("data_parallel", "megatron", "zero")
 
 
@@ -49,8 +57,14 @@ def row(model, mesh, cluster_name):
         need = Planner(graph_of(model, mesh, mesh[0]), cluster).min_memory()
         return dict(r, batch="-", note=f"no plan fits: needs {need / 2**30:.0f} GiB/device")
     p = plan(graph_of(model, mesh, batch), cluster)
-    r.update(batch=batch, autoddl_s=p.predicted.step_time_s, search_s=p.search_time_s,
-             bytes_over_bound=p.predicted.bytes_per_device / p.lower_bound_bytes if p.lower_bound_bytes else None)
+    r.update(
+        batch=batch,
+        autoddl_s=p.predicted.step_time_s,
+        search_s=p.search_time_s,
+        bytes_over_bound=p.predicted.bytes_per_device / p.lower_bound_bytes
+        if p.lower_bound_bytes
+        else None,
+    )
     fitting = []
     for name in BASELINES:
         b = p.baselines[name]
@@ -72,22 +86,68 @@ def _cell(r, name):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="three rows that run in seconds")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    cases = QUICK if args.quick else [(m, mesh, c) for c, meshes in MESHES.items() for mesh in meshes
-                                      for m in list(GPTS) + ["vgg16"]]
+    cases = (
+        QUICK
+        if args.quick
+        else [
+            (m, mesh, c)
+            for c, meshes in MESHES.items()
+            for mesh in meshes
+            for m in list(GPTS) + ["vgg16"]
+        ]
+    )
     rows = [row(*case) for case in cases]
     table = [dict(r, **{n: _cell(r, n) for n in BASELINES}) for r in rows]
-    print(show([dict(t, autoddl=f"{t.get('autoddl_s', float('nan')):.4g}", ratio=f"{t['bytes_over_bound']:.2f}"
-                     if t.get("bytes_over_bound") else "-", search=f"{t.get('search_s', 0):.1f}") for t in table],
-               ["model", "mesh", "cluster", "batch", "autoddl", "data_parallel", "megatron", "zero", "ratio", "search",
-                "note"],
-               ["model", "mesh", "cluster", "batch", "AutoDDL s/step", "DP s/step", "Megatron s/step", "ZeRO s/step",
-                "bytes / bound", "search s", "note"]))
+    print(
+        show(
+            [
+                dict(
+                    t,
+                    autoddl=f"{t.get('autoddl_s', float('nan')):.4g}",
+                    ratio=f"{t['bytes_over_bound']:.2f}" if t.get("bytes_over_bound") else "-",
+                    search=f"{t.get('search_s', 0):.1f}",
+                )
+                for t in table
+            ],
+            [
+                "model",
+                "mesh",
+                "cluster",
+                "batch",
+                "autoddl",
+                "data_parallel",
+                "megatron",
+                "zero",
+                "ratio",
+                "search",
+                "note",
+            ],
+            [
+                "model",
+                "mesh",
+                "cluster",
+                "batch",
+                "AutoDDL s/step",
+                "DP s/step",
+                "Megatron s/step",
+                "ZeRO s/step",
+                "bytes / bound",
+                "search s",
+                "note",
+            ],
+        )
+    )
     worse = [r for r in rows if not r.get("autoddl_no_worse", True)]
-    print(f"\nAutoDDL no slower than the fastest fitting baseline in {len(rows) - len(worse)} of {len(rows)} rows")
+    print(
+        f"\nAutoDDL no slower than the fastest fitting baseline in "
+        f"{len(rows) - len(worse)} of {len(rows)} rows"
+    )
     write_json(args.json, rows)
 
 

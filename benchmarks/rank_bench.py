@@ -1,4 +1,6 @@
-"""On ranks: train the examples' models under several plans and measure what each moves and takes."""
+"""On ranks: train the examples' models under several plans and measure what each moves and
+takes."""
+
 import atexit
 import hashlib
 import os
@@ -11,10 +13,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import oneflow as flow  # noqa: E402
-
-import oneflow_autoddl  # noqa: E402
 import rank_models  # noqa: E402
 from bench import round_orders  # noqa: E402
+
+import oneflow_autoddl  # noqa: E402
 from oneflow_autoddl.adapter.job import read_job  # noqa: E402
 from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks  # noqa: E402
 from oneflow_autoddl.ir import Graph  # noqa: E402
@@ -34,7 +36,9 @@ def program_digest(graph: Graph) -> str:
     """The SBP every planned op of a compiled Job runs with, hashed without the interface and
     train-step ops (OneFlow numbers their names per graph): equal for two plans that are one
     program, whose measured step times differ by this machine's noise alone."""
-    items = sorted((op.name, repr(op.native)) for op in graph.ops.values() if op.role not in ("io", "system"))
+    items = sorted(
+        (op.name, repr(op.native)) for op in graph.ops.values() if op.role not in ("io", "system")
+    )
     return hashlib.sha1(repr(items).encode()).hexdigest()[:12]
 
 
@@ -42,24 +46,54 @@ def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
     """OneFlow's native plan, compiled as is, or (when OneFlow 0.9.0 would abort on it, boxing a
     split variable across ranks) applied through AutoDDL's write-back, which reads such
     variables through copies. Returns (graph, inputs, note)."""
-    probe, inputs = rank_models.build(model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes)
+    probe, inputs = rank_models.build(
+        model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes
+    )
     job, _ = probe.build_graph(*inputs)
     hazards = variables_boxed_across_ranks(job)
     if not hazards:
-        graph, inputs = rank_models.build(model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes)
+        graph, inputs = rank_models.build(
+            model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes
+        )
         return graph, inputs, "as OneFlow compiled it"
     fd, path = tempfile.mkstemp(prefix="autoddl-native-plan-", suffix=".json")
     os.close(fd)
-    atexit.register(os.remove, path)  # read when the graph first runs, so kept until the process ends
+    atexit.register(
+        os.remove, path
+    )  # read when the graph first runs, so kept until the process ends
     describe(read_job(job), cluster).save(path)
-    graph, inputs = rank_models.build(model, mesh, plan="autoddl", batch=batch, optimizer=optimizer, sizes=sizes,
-                                      cluster=cluster, load_plan=path)
-    return graph, inputs, (f"OneFlow's plan boxes {len(hazards)} split variables across ranks, which aborts "
-                           f"0.9.0 on CPU (register.cpp:75); run through AutoDDL's write-back instead")
+    graph, inputs = rank_models.build(
+        model,
+        mesh,
+        plan="autoddl",
+        batch=batch,
+        optimizer=optimizer,
+        sizes=sizes,
+        cluster=cluster,
+        load_plan=path,
+    )
+    return (
+        graph,
+        inputs,
+        (
+            f"OneFlow's plan boxes {len(hazards)} split variables across ranks, which aborts "
+            f"0.9.0 on CPU (register.cpp:75); run through AutoDDL's write-back instead"
+        ),
+    )
 
 
-def measure(model: str, mesh: str, plans, steps: int = 2, warmup: int = 2, batch: int = 8, sizes=None,
-            cluster: str = "cpu-local", optimizer: str = "default", rounds: int = 1):
+def measure(
+    model: str,
+    mesh: str,
+    plans,
+    steps: int = 2,
+    warmup: int = 2,
+    batch: int = 8,
+    sizes=None,
+    cluster: str = "cpu-local",
+    optimizer: str = "default",
+    rounds: int = 1,
+):
     """For each plan: median step time (of all steps, and of its block in each round), bytes sent
     per step by this rank, and what was predicted.
 
@@ -74,8 +108,15 @@ def measure(model: str, mesh: str, plans, steps: int = 2, warmup: int = 2, batch
         if plan == "native":
             graph, inputs, note = _native_graph(model, mesh, batch, optimizer, sizes, cluster)
         else:
-            graph, inputs = rank_models.build(model, mesh, plan=plan, batch=batch, optimizer=optimizer, sizes=sizes,
-                                              cluster=cluster)
+            graph, inputs = rank_models.build(
+                model,
+                mesh,
+                plan=plan,
+                batch=batch,
+                optimizer=optimizer,
+                sizes=sizes,
+                cluster=cluster,
+            )
         losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
         built[plan] = (graph, inputs, note, losses)
     times, blocks, sent = {plan: [] for plan in plans}, {plan: [] for plan in plans}, {}
@@ -96,24 +137,38 @@ def measure(model: str, mesh: str, plans, steps: int = 2, warmup: int = 2, batch
         graph, _, note, losses = built[plan]
         compiled = read_job(graph._full_graph_proto)
         predicted = oneflow_autoddl.plan_of(graph) or describe(compiled, cluster)
-        rows.append({"model": model, "mesh": mesh, "plan": plan, "rank": flow.env.get_rank(),
-                     "program": program_digest(compiled),
-                     "measured_bytes": sent[plan], "predicted_bytes": predicted.predicted.bytes_per_device,
-                     "measured_step_s": statistics.median(times[plan]), "block_step_s": blocks[plan],
-                     "predicted_step_s": predicted.predicted.step_time_s,
-                     "losses": losses, "search_time_s": getattr(predicted, "search_time_s", None), "note": note})
+        rows.append(
+            {
+                "model": model,
+                "mesh": mesh,
+                "plan": plan,
+                "rank": flow.env.get_rank(),
+                "program": program_digest(compiled),
+                "measured_bytes": sent[plan],
+                "predicted_bytes": predicted.predicted.bytes_per_device,
+                "measured_step_s": statistics.median(times[plan]),
+                "block_step_s": blocks[plan],
+                "predicted_step_s": predicted.predicted.step_time_s,
+                "losses": losses,
+                "search_time_s": getattr(predicted, "search_time_s", None),
+                "note": note,
+            }
+        )
     return rows
 
 
 def native_pass_time(models, mesh: str, sizes_by_model, batch_by_model, cluster: str = "cpu-local"):
-    """OneFlow's native pass (build_graph with it on minus off) beside our search on the same Job."""
+    """OneFlow's native pass (build_graph with it on minus off) beside our search on the same
+    Job."""
     from oneflow_autoddl.planner import plan
+
     out = []
     for model in models:
         times = {}
         for planner in ("dp", "native"):
-            graph, inputs = rank_models.build(model, mesh, plan=planner, batch=batch_by_model[model],
-                                              sizes=sizes_by_model[model])
+            graph, inputs = rank_models.build(
+                model, mesh, plan=planner, batch=batch_by_model[model], sizes=sizes_by_model[model]
+            )
             start = time.perf_counter()
             job, _ = graph.build_graph(*inputs)
             times[planner] = time.perf_counter() - start
@@ -121,7 +176,15 @@ def native_pass_time(models, mesh: str, sizes_by_model, batch_by_model, cluster:
                 ir = read_job(job)
         start = time.perf_counter()
         ours = plan(ir, cluster)
-        out.append({"model": model, "mesh": mesh, "ops": len(ir.ops), "native_s": times["native"] - times["dp"],
-                    "build_s": times["dp"], "ours_s": time.perf_counter() - start,
-                    "ours_search_s": ours.search_time_s})
+        out.append(
+            {
+                "model": model,
+                "mesh": mesh,
+                "ops": len(ir.ops),
+                "native_s": times["native"] - times["dp"],
+                "build_s": times["dp"],
+                "ours_s": time.perf_counter() - start,
+                "ours_search_s": ours.search_time_s,
+            }
+        )
     return out

@@ -7,7 +7,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 stamp="$venv/.autoddl-bootstrap"
-inputs=("$root/setup.py" "$root/ci/requirements.txt" "$root/ci/bootstrap.sh" "$root/ci/cuda_libs_preload.py")
+inputs=("$root/pyproject.toml" "$root/ci/requirements.txt" "$root/ci/bootstrap.sh" "$root/ci/cuda_libs_preload.py")
 
 log() { echo "[bootstrap] $*" >&2; }
 

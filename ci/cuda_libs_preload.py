@@ -7,6 +7,7 @@ does not search. Loading them with RTLD_GLOBAL before `import oneflow` satisfies
 links without anyone exporting LD_LIBRARY_PATH. The loading waits for the first
 `import oneflow`, so interpreters that never touch OneFlow pay nothing.
 """
+
 import ctypes
 import glob
 import importlib.abc

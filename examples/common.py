@@ -1,4 +1,5 @@
 """What the GPT and VGG examples share: flags, the training graph, the loop, the report."""
+
 import argparse
 import json
 import logging
@@ -20,24 +21,46 @@ PLANS = ("autoddl", "native", "dp", "megatron", "zero")
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--mesh", default=None, help="device mesh, e.g. 4 or 2x2 (default: all ranks, 1-D)")
-    parser.add_argument("--cluster", default=None,
-                        help="cluster preset or JSON file for the cost model (default: cpu-local on cpu, "
-                             "dgx-a100 on cuda)")
-    parser.add_argument("--ranks-per-node", type=int, default=None,
-                        help="ranks per node for the cost model (default: the cluster's devices per node)")
-    parser.add_argument("--memory-per-device", type=float, default=None, help="bytes a device may hold")
-    parser.add_argument("--plan", default="autoddl", choices=PLANS,
-                        help="autoddl: search; native: OneFlow's auto-parallel; dp: plain data parallel; "
-                             "megatron / zero: those expert plans, applied by the plugin")
-    parser.add_argument("--load-plan", default=None, help="a plan JSON saved by --json, to skip the search")
+    parser.add_argument(
+        "--mesh", default=None, help="device mesh, e.g. 4 or 2x2 (default: all ranks, 1-D)"
+    )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        help="cluster preset or JSON file for the cost model (default: cpu-local on cpu, "
+        "dgx-a100 on cuda)",
+    )
+    parser.add_argument(
+        "--ranks-per-node",
+        type=int,
+        default=None,
+        help="ranks per node for the cost model (default: the cluster's devices per node)",
+    )
+    parser.add_argument(
+        "--memory-per-device", type=float, default=None, help="bytes a device may hold"
+    )
+    parser.add_argument(
+        "--plan",
+        default="autoddl",
+        choices=PLANS,
+        help="autoddl: search; native: OneFlow's auto-parallel; dp: plain data parallel; "
+        "megatron / zero: those expert plans, applied by the plugin",
+    )
+    parser.add_argument(
+        "--load-plan", default=None, help="a plan JSON saved by --json, to skip the search"
+    )
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write losses, step times and the plan here (rank 0)")
+    parser.add_argument(
+        "--json", default=None, help="write losses, step times and the plan here (rank 0)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar or tables")
-    parser.add_argument("--save-job", default=None,
-                        help="write the traced Job (protobuf) here, for `python -m oneflow_autoddl plan --job`")
+    parser.add_argument(
+        "--save-job",
+        default=None,
+        help="write the traced Job (protobuf) here, for `python -m oneflow_autoddl plan --job`",
+    )
 
 
 def start(parser: argparse.ArgumentParser, argv=None):
@@ -47,12 +70,19 @@ def start(parser: argparse.ArgumentParser, argv=None):
     args = parser.parse_args(argv)
     mesh = parse_mesh(args.mesh) if args.mesh else (flow.env.get_world_size(),)
     if args.batch_size % mesh_size(mesh):
-        raise SystemExit(f"--batch-size {args.batch_size} must be a multiple of the {mesh_size(mesh)} devices "
-                         f"of the mesh")
+        raise SystemExit(
+            f"--batch-size {args.batch_size} must be a multiple of the {mesh_size(mesh)} devices "
+            f"of the mesh"
+        )
     level = logging.INFO if flow.env.get_rank() == 0 and not args.quiet else logging.WARNING
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stdout)
     flow.manual_seed(args.seed)
-    return args, placement(args.device, mesh), [flow.sbp.broadcast] * len(mesh), [flow.sbp.split(0)] * len(mesh)
+    return (
+        args,
+        placement(args.device, mesh),
+        [flow.sbp.broadcast] * len(mesh),
+        [flow.sbp.split(0)] * len(mesh),
+    )
 
 
 def configure(graph: flow.nn.Graph, args) -> None:
@@ -64,9 +94,13 @@ def configure(graph: flow.nn.Graph, args) -> None:
     if args.plan == "native":
         graph.config.set_auto_parallel_planner("native")
         graph.config.enable_auto_parallel_trunk_algo(True)
-        graph.config.enable_auto_parallel_sbp_collector(False)  # crashes on CPU in 0.9.0 (notes 1.7)
+        graph.config.enable_auto_parallel_sbp_collector(
+            False
+        )  # crashes on CPU in 0.9.0 (notes 1.7)
         return
-    graph.config.set_auto_parallel_planner({"autoddl": "autoddl", "megatron": "megatron", "zero": "zero"}[args.plan])
+    graph.config.set_auto_parallel_planner(
+        {"autoddl": "autoddl", "megatron": "megatron", "zero": "zero"}[args.plan]
+    )
     if args.cluster:
         graph.config.set_auto_parallel_cluster(args.cluster)
     if args.ranks_per_node:
@@ -94,7 +128,8 @@ class TrainGraph(flow.nn.Graph):
 
 
 def plan_json(graph, args, device: str):
-    """The plan the graph runs, as plan_of(graph) JSON; for dp / native, OneFlow's own choice costed."""
+    """The plan the graph runs, as plan_of(graph) JSON; for dp / native, OneFlow's own choice
+    costed."""
     plan = oneflow_autoddl.plan_of(graph)
     if plan is None:
         cluster = args.cluster or ("cpu-local" if device == "cpu" else "dgx-a100")
@@ -106,7 +141,12 @@ def train(graph, batches, args, device: str) -> dict:
     """Run --steps steps; print the SBP tables after the first (the compile)."""
     rank0 = flow.env.get_rank() == 0
     losses, times = [], []
-    bar = tqdm(range(args.steps), disable=not rank0 or args.quiet, desc=f"{args.plan} training", unit="step")
+    bar = tqdm(
+        range(args.steps),
+        disable=not rank0 or args.quiet,
+        desc=f"{args.plan} training",
+        unit="step",
+    )
     plan = None
     for step in bar:
         x, y = batches(step)

@@ -4,6 +4,7 @@
     python -m oneflow.distributed.launch --nproc_per_node 8 examples/gpt.py --device cuda \\
         --mesh 8 --cluster dgx-a100 --layers 12 --hidden 768 --heads 12 --seq-len 1024
 """
+
 import argparse
 import os
 import sys
@@ -17,7 +18,8 @@ from gpt_model import GPT, GPTLoss  # noqa: E402
 
 
 def token_stream(args):
-    """Byte tokens of --data, or a deterministic synthetic stream a model can learn (a noisy cycle)."""
+    """Byte tokens of --data, or a deterministic synthetic stream a model can learn (a noisy
+    cycle)."""
     if args.data:
         with open(args.data, "rb") as f:
             data = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int64)
@@ -32,7 +34,9 @@ def token_stream(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
@@ -41,7 +45,9 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=8, help="global batch")
     parser.add_argument("--data", default=None, help="a text file; trains on its bytes")
     args, place, broadcast, batch_split = start(parser, argv)
-    model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab).to_global(place, broadcast)
+    model = GPT(args.layers, args.hidden, args.heads, args.seq_len, args.vocab).to_global(
+        place, broadcast
+    )
     optimizer = flow.optim.AdamW(model.parameters(), lr=args.lr or 3e-3)
     graph = TrainGraph(model, GPTLoss(), optimizer, args)
     tokens = token_stream(args)
@@ -49,7 +55,7 @@ def main(argv=None):
 
     def batch(step):
         start = (step * span) % max(1, len(tokens) - span)
-        chunk = tokens[start:start + span].reshape(args.batch_size, args.seq_len + 1)
+        chunk = tokens[start : start + span].reshape(args.batch_size, args.seq_len + 1)
         x = flow.tensor(chunk[:, :-1].copy()).to_global(place, broadcast).to_global(sbp=batch_split)
         y = flow.tensor(chunk[:, 1:].copy()).to_global(place, broadcast).to_global(sbp=batch_split)
         return x, y

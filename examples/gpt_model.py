@@ -1,4 +1,5 @@
 """GPT-2 style decoder used by the GPT example, its tests and its benchmarks."""
+
 import math
 
 import numpy as np
@@ -7,7 +8,8 @@ from oneflow import nn
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head self-attention with separate q, k, v projections (Megatron splits them by head)."""
+    """Multi-head self-attention with separate q, k, v projections (Megatron splits them by
+    head)."""
 
     def __init__(self, hidden: int, heads: int, seq_len: int):
         super().__init__()

@@ -1,4 +1,5 @@
 """VGG (11/13/16/19) with a width multiplier, used by the VGG example, its tests and benchmarks."""
+
 import oneflow as flow
 from oneflow import nn
 
@@ -7,8 +8,29 @@ CONFIGS = {
     11: [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     13: [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     16: [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
-    19: [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
-         512, 512, 512, 512, "M"],
+    19: [
+        64,
+        64,
+        "M",
+        128,
+        128,
+        "M",
+        256,
+        256,
+        256,
+        256,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+    ],
 }
 
 
@@ -17,8 +39,14 @@ def scaled(channels: int, width_mult: float) -> int:
 
 
 class VGG(nn.Module):
-    def __init__(self, depth: int = 16, width_mult: float = 1.0, image_size: int = 224,
-                 num_classes: int = 1000, dropout: float = 0.0):
+    def __init__(
+        self,
+        depth: int = 16,
+        width_mult: float = 1.0,
+        image_size: int = 224,
+        num_classes: int = 1000,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if depth not in CONFIGS:
             raise ValueError(f"--depth must be one of {sorted(CONFIGS)}, not {depth}")
@@ -36,8 +64,12 @@ class VGG(nn.Module):
         hidden = scaled(4096, width_mult)
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(
-            nn.Linear(in_ch * size * size, hidden), nn.ReLU(), nn.Dropout(dropout),
-            nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(in_ch * size * size, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
             nn.Linear(hidden, num_classes),
         )
 

@@ -5,6 +5,7 @@ plans with AutoDDL: at once if OneFlow is already imported, otherwise the moment
 The planner itself (IR, SBP, rules, cost model, search, report, CLI) never imports OneFlow,
 so planning for a cluster you do not have costs no OneFlow start-up.
 """
+
 import importlib.abc
 import importlib.util
 import logging
@@ -23,6 +24,7 @@ def plan_of(graph):
 
 def _install() -> None:
     from .adapter.hook import install
+
     install()
 
 

@@ -4,6 +4,7 @@
         --seq-len 2048 --vocab 50257 --batch-size 128 --mesh 128x8 --cluster dgx-a100
     python -m oneflow_autoddl plan --job my_model.job --mesh 8 --cluster dgx-a100 --json plan.json
 """
+
 import argparse
 import logging
 import math
@@ -20,8 +21,22 @@ from .report import op_table, parameter_table, summary, transfer_table
 from .search.units import PlanningError
 
 MODEL_NAMES = ("gpt", "vgg11", "vgg13", "vgg16", "vgg19")
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
-          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40, "t": 1e12, "tb": 1e12}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "kb": 1e3,
+    "m": 1e6,
+    "mb": 1e6,
+    "g": 1e9,
+    "gb": 1e9,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "t": 1e12,
+    "tb": 1e12,
+}
 
 
 def parse_bytes(text: str) -> float:
@@ -35,16 +50,33 @@ def parse_bytes(text: str) -> float:
 def _graph(args):
     if args.job:
         from .remesh import remesh
+
         return remesh(_read_job_file(args.job), parse_mesh(args.mesh))
     from .models import build_gpt, build_vgg
     from .remesh import check_batch
+
     mesh = parse_mesh(args.mesh)
     if args.model == "gpt":
-        graph = build_gpt(args.layers, args.hidden, args.heads, args.seq_len, args.vocab, args.batch_size, mesh,
-                          device=args.device)
+        graph = build_gpt(
+            args.layers,
+            args.hidden,
+            args.heads,
+            args.seq_len,
+            args.vocab,
+            args.batch_size,
+            mesh,
+            device=args.device,
+        )
     else:
-        graph = build_vgg(int(args.model[3:]), args.width_mult, args.image_size, args.num_classes, args.batch_size,
-                          mesh, device=args.device)
+        graph = build_vgg(
+            int(args.model[3:]),
+            args.width_mult,
+            args.image_size,
+            args.num_classes,
+            args.batch_size,
+            mesh,
+            device=args.device,
+        )
     check_batch(graph)
     return graph
 
@@ -64,9 +96,18 @@ def _read_job_file(path: str):
 def _plan(args) -> int:
     cluster = load_cluster(args.cluster)
     graph = _graph(args)
-    memory = math.inf if args.memory_per_device == "none" else (
-        parse_bytes(args.memory_per_device) if args.memory_per_device else None)
-    result = plan(graph, cluster, memory_limit=memory, ranks_per_node=args.ranks_per_node, strategy=args.strategy)
+    memory = (
+        math.inf
+        if args.memory_per_device == "none"
+        else (parse_bytes(args.memory_per_device) if args.memory_per_device else None)
+    )
+    result = plan(
+        graph,
+        cluster,
+        memory_limit=memory,
+        ranks_per_node=args.ranks_per_node,
+        strategy=args.strategy,
+    )
     print(summary(result))
     print()
     print(parameter_table(result))
@@ -83,31 +124,64 @@ def _plan(args) -> int:
 
 def _calibrate(args) -> int:
     from .launch import run_module
+
     command = f"python -m oneflow_autoddl calibrate --nproc {args.nproc} --out {args.out}"
     command += f" --repeats {args.repeats}" if args.repeats else ""
-    return run_module("oneflow_autoddl.adapter.calibrate", args.nproc,
-                      [os.path.abspath(args.out), str(args.repeats or ""), command])
+    return run_module(
+        "oneflow_autoddl.adapter.calibrate",
+        args.nproc,
+        [os.path.abspath(args.out), str(args.repeats or ""), command],
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m oneflow_autoddl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m oneflow_autoddl",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="plan a built-in model or a traced Job for a mesh and a cluster")
+    p = sub.add_parser(
+        "plan", help="plan a built-in model or a traced Job for a mesh and a cluster"
+    )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", choices=MODEL_NAMES, help="the examples' models")
-    what.add_argument("--job", help="a Job file (oneflow_autoddl.adapter.trace.save_job, or an example's --save-job)")
+    what.add_argument(
+        "--job",
+        help="a Job file (oneflow_autoddl.adapter.trace.save_job, or an example's --save-job)",
+    )
     p.add_argument("--mesh", required=True, help="e.g. 8, 2x4, 128x8")
-    p.add_argument("--cluster", default="dgx-a100", help=f"a preset ({', '.join(preset_names())}) or a JSON file")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                   help="for --model: the graph OneFlow traces on this device (LayerNorm fused on cuda)")
-    p.add_argument("--memory-per-device", default=None,
-                   help="bytes a device may hold (e.g. 40GiB; default: the cluster's device memory; none: no limit)")
+    p.add_argument(
+        "--cluster",
+        default="dgx-a100",
+        help=f"a preset ({', '.join(preset_names())}) or a JSON file",
+    )
+    p.add_argument(
+        "--device",
+        default="cuda",
+        choices=["cuda", "cpu"],
+        help="for --model: the graph OneFlow traces on this device (LayerNorm fused on cuda)",
+    )
+    p.add_argument(
+        "--memory-per-device",
+        default=None,
+        help="bytes a device may hold (e.g. 40GiB; default: the cluster's device memory; "
+        "none: no limit)",
+    )
     p.add_argument("--ranks-per-node", type=int, default=None)
-    p.add_argument("--strategy", default="autoddl", choices=STRATEGIES, help="search, or apply a baseline as is")
+    p.add_argument(
+        "--strategy",
+        default="autoddl",
+        choices=STRATEGIES,
+        help="search, or apply a baseline as is",
+    )
     p.add_argument("--json", default=None, help="write the plan JSON here")
-    p.add_argument("--op-table", type=int, default=0, metavar="N", help="also print the first N ops' SBP")
-    p.add_argument("--transfers", type=int, default=10, metavar="N", help="print the N costliest boxings")
+    p.add_argument(
+        "--op-table", type=int, default=0, metavar="N", help="also print the first N ops' SBP"
+    )
+    p.add_argument(
+        "--transfers", type=int, default=10, metavar="N", help="print the N costliest boxings"
+    )
     gpt = p.add_argument_group("--model gpt")
     gpt.add_argument("--layers", type=int, default=12)
     gpt.add_argument("--hidden", type=int, default=768)
@@ -118,12 +192,20 @@ def _parser() -> argparse.ArgumentParser:
     vgg.add_argument("--width-mult", type=float, default=1.0)
     vgg.add_argument("--image-size", type=int, default=224)
     vgg.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=None, help="global batch (default: 8 per device)")
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="global batch (default: 8 per device)"
+    )
     p.set_defaults(run=_plan)
-    cal = sub.add_parser("calibrate", help="measure CPU ranks of this machine and write a cluster JSON")
+    cal = sub.add_parser(
+        "calibrate", help="measure CPU ranks of this machine and write a cluster JSON"
+    )
     cal.add_argument("--nproc", type=int, default=4, help="ranks to measure at once")
     cal.add_argument("--out", default=os.path.join(PRESET_DIR, "cpu-local.json"))
-    cal.add_argument("--repeats", type=int, help="steps timed per measurement, the median kept (fewer: quicker, noisier)")
+    cal.add_argument(
+        "--repeats",
+        type=int,
+        help="steps timed per measurement, the median kept (fewer: quicker, noisier)",
+    )
     cal.set_defaults(run=_calibrate)
     return parser
 

@@ -5,6 +5,7 @@ fills it from a Job proto; `oneflow_autoddl.models` builds the same thing for mo
 large to trace here. Blob names (`a_0`, `out_0`, `in`, `out`) are OneFlow's own, so a
 signature found on this graph can be written back into the Job unchanged.
 """
+
 import heapq
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -14,8 +15,16 @@ from .sbp import Signature
 ROLES = ("forward", "backward", "optimizer", "variable", "io", "system")
 
 DTYPE_BYTES = {
-    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
-    "int32": 4, "int64": 8, "bool": 1, "char": 1,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
+    "char": 1,
 }
 
 
@@ -36,7 +45,9 @@ class Placement:
         for h in self.hierarchy:
             size *= h
         if size != len(self.ranks):
-            raise GraphError(f"placement hierarchy {self.hierarchy} does not hold {len(self.ranks)} ranks")
+            raise GraphError(
+                f"placement hierarchy {self.hierarchy} does not hold {len(self.ranks)} ranks"
+            )
 
     @property
     def ndim(self) -> int:
@@ -114,7 +125,9 @@ class Graph:
             for ibn, lbn in op.inputs.items():
                 t = self.tensors.get(lbn)
                 if t is None or t.producer not in self.ops:
-                    raise GraphError(f"op {op.name!r} input {ibn} reads {lbn!r}, which no op produces")
+                    raise GraphError(
+                        f"op {op.name!r} input {ibn} reads {lbn!r}, which no op produces"
+                    )
                 t.consumers.append((op.name, ibn))
 
     def _topological_order(self) -> List[str]:
@@ -185,7 +198,8 @@ class Graph:
 
 
 def module_scope(op_name: str) -> str:
-    """Module path of an op from OneFlow's naming: `m.h.3.attn.q-broadcast_matmul-58` -> `m.h.3.attn.q`.
+    """Module path of an op from OneFlow's naming: `m.h.3.attn.q-broadcast_matmul-58` ->
+    `m.h.3.attn.q`.
 
     Backward ops carry their forward module's prefix, so the scope groups a layer's
     forward and backward ops. Variables (`m.h.3.attn.q.weight`) map to their module.
@@ -195,7 +209,9 @@ def module_scope(op_name: str) -> str:
     return op_name.rsplit(".", 1)[0] if "." in op_name else ""
 
 
-def assign_roles(ops: Sequence[Op], tensors: Dict[str, Tensor], loss_grad_lbn: Optional[str]) -> None:
+def assign_roles(
+    ops: Sequence[Op], tensors: Dict[str, Tensor], loss_grad_lbn: Optional[str]
+) -> None:
     """Mark every op forward / backward / optimizer / variable / io / system.
 
     Backward = everything downstream of the loss gradient's producer (OneFlow seeds the

@@ -1,4 +1,5 @@
 """Start a module on N local OneFlow ranks, on a free port (other jobs may hold 29500)."""
+
 import socket
 import subprocess
 import sys
@@ -12,6 +13,15 @@ def free_port() -> int:
 
 
 def run_module(module: str, nproc: int, args: List[str]) -> int:
-    cmd = [sys.executable, "-m", "oneflow.distributed.launch", "--nproc_per_node", str(nproc),
-           "--master_port", str(free_port()), "-m", module] + args
+    cmd = [
+        sys.executable,
+        "-m",
+        "oneflow.distributed.launch",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_port",
+        str(free_port()),
+        "-m",
+        module,
+    ] + args
     return subprocess.call(cmd)

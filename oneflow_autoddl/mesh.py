@@ -1,4 +1,5 @@
 """Device meshes written as `8`, `2x4` or `16x64`: the shape of a placement's hierarchy."""
+
 import re
 from typing import Tuple
 

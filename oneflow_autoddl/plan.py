@@ -5,6 +5,7 @@ This is what `oneflow_autoddl.plan_of(graph)` returns, what the CLI prints and w
 can be given back to a graph to skip the search; `check_matches` refuses one made for
 another graph and names the first difference.
 """
+
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -29,8 +30,14 @@ class Predicted:
 
     @classmethod
     def of(cls, breakdown) -> "Predicted":
-        return cls(breakdown.step_time, breakdown.compute_time, breakdown.comm_time, breakdown.exposed_comm_time,
-                   breakdown.bytes_per_device, breakdown.memory_per_device)
+        return cls(
+            breakdown.step_time,
+            breakdown.compute_time,
+            breakdown.comm_time,
+            breakdown.exposed_comm_time,
+            breakdown.bytes_per_device,
+            breakdown.memory_per_device,
+        )
 
 
 @dataclass
@@ -106,31 +113,48 @@ class Plan:
     def table(self, op_limit: Optional[int] = None) -> str:
         """Per-parameter and per-op SBP tables, and the costliest boxings (tabulate)."""
         from .report import op_table, parameter_table, transfer_table
-        return parameter_table(self) + "\n\n" + op_table(self, op_limit) + "\n\n" + transfer_table(self)
+
+        return (
+            parameter_table(self)
+            + "\n\n"
+            + op_table(self, op_limit)
+            + "\n\n"
+            + transfer_table(self)
+        )
 
     # -- reuse -----------------------------------------------------------------------------------
     def check_matches(self, graph: Graph, mesh: Sequence[int]) -> None:
         """Refuse a plan made for another graph or mesh; name the first difference."""
         if tuple(mesh) != self.mesh_shape:
-            raise PlanMismatch(f"the plan is for mesh {self.mesh}, the graph runs on {format_mesh(tuple(mesh))}")
+            raise PlanMismatch(
+                f"the plan is for mesh {self.mesh}, the graph runs on {format_mesh(tuple(mesh))}"
+            )
         for name, entry in self.ops.items():
             op = graph.ops.get(name)
             if op is None:
-                raise PlanMismatch(f"the plan has op {name!r} ({entry.type}), which the graph does not")
+                raise PlanMismatch(
+                    f"the plan has op {name!r} ({entry.type}), which the graph does not"
+                )
             if op.type != entry.type:
-                raise PlanMismatch(f"op {name!r} is {op.type} in the graph but {entry.type} in the plan")
+                raise PlanMismatch(
+                    f"op {name!r} is {op.type} in the graph but {entry.type} in the plan"
+                )
             for bn, shape in entry.shapes.items():
                 if bn not in op.inputs and bn not in op.outputs:
                     raise PlanMismatch(f"op {name!r} has no blob {bn!r} in the graph")
                 if list(graph.shape(op, bn)) != list(shape):
-                    raise PlanMismatch(f"op {name!r} blob {bn} has shape {list(graph.shape(op, bn))} in the "
-                                       f"graph but {shape} in the plan")
+                    raise PlanMismatch(
+                        f"op {name!r} blob {bn} has shape {list(graph.shape(op, bn))} in the "
+                        f"graph but {shape} in the plan"
+                    )
         planned = set(self.ops) | set(self.unplanned_ops)
         for name, op in graph.ops.items():
             # interface and train-step ops carry the graph's name and a process-wide counter;
             # they are never planned, so another instance of the same graph still matches
             if name not in planned and op.role not in ("io", "system"):
-                raise PlanMismatch(f"the graph has op {name!r} ({op.type}), which the plan does not")
+                raise PlanMismatch(
+                    f"the graph has op {name!r} ({op.type}), which the plan does not"
+                )
 
 
 def signature_texts(sig: Signature) -> Dict[str, str]:

@@ -8,6 +8,7 @@ every objective and single-variable moves from it to fewer bytes no longer repla
 the fastest plans do not fit, a memory penalty is raised until one does; when no plan can
 fit, the error says how much memory the leanest plan needs.
 """
+
 import logging
 import math
 import time
@@ -23,10 +24,10 @@ from .ir import Graph, GraphError
 from .mesh import format_mesh
 from .plan import OpEntry, Plan, Predicted, signature_texts
 from .remesh import remesh
+from .sbp import Signature, format_nd
 from .search import baselines
 from .search.descent import Descent
 from .search.problem import SERIAL, Breakdown, Problem, Weights
-from .sbp import Signature, format_nd
 from .search.units import PlanningError
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,9 @@ def seeds(problem: Problem) -> Dict[str, List[int]]:
     out["replicated"] = baselines.replicated(problem)
     native = baselines.native(problem)
     if native is not None:
-        out["oneflow_inference"] = native  # OneFlow's greedy SBP inference, not its auto-parallel pass
+        out["oneflow_inference"] = (
+            native  # OneFlow's greedy SBP inference, not its auto-parallel pass
+        )
     elif any(op.native is not None for op in problem.graph.ops.values() if op.role != "io"):
         log.info("OneFlow's own signatures are not all among the candidates; not used as a seed")
     return out
@@ -79,8 +82,14 @@ def objectives(cluster: Cluster) -> List[Weights]:
 class Planner:
     """Holds one problem (graph, mesh, cluster) and searches it."""
 
-    def __init__(self, graph: Graph, cluster: Cluster, hold: Optional[Dict[str, str]] = None, tie: bool = True,
-                 ranks_per_node: Optional[int] = None):
+    def __init__(
+        self,
+        graph: Graph,
+        cluster: Cluster,
+        hold: Optional[Dict[str, str]] = None,
+        tie: bool = True,
+        ranks_per_node: Optional[int] = None,
+    ):
         self.graph, self.cluster = graph, cluster
         self.hold, self.tie, self.ranks_per_node = hold, tie, ranks_per_node
         self.mesh = graph.main_placement()
@@ -99,7 +108,9 @@ class Planner:
             self._evaluated[key] = self.problem.evaluate(x)
         return self._evaluated[key]
 
-    def _best(self, candidates: Sequence[List[int]], weight: float, experts: Sequence[List[int]] = ()) -> List[int]:
+    def _best(
+        self, candidates: Sequence[List[int]], weight: float, experts: Sequence[List[int]] = ()
+    ) -> List[int]:
         """The candidate of least predicted step time plus memory price (the fastest), or one
         within BYTES_TIE of its step time, no dearer than any of `experts`, that moves fewer bytes
         by at least the fraction of the step it adds: of those, the one moving fewest.
@@ -122,9 +133,15 @@ class Planner:
             if detail.step_time + price < least:
                 fastest, step = tuple(x), detail.step_time
         least, sent = scored[fastest]
-        ceiling = min([least + BYTES_TIE * step] + [scored[tuple(x)][0] for x in experts if tuple(x) in scored])
-        worth = [fastest] + [key for key, (cost, moved) in scored.items()
-                             if cost <= ceiling and (sent - moved) / max(sent, 1.0) * step >= cost - least]
+        ceiling = min(
+            [least + BYTES_TIE * step]
+            + [scored[tuple(x)][0] for x in experts if tuple(x) in scored]
+        )
+        worth = [fastest] + [
+            key
+            for key, (cost, moved) in scored.items()
+            if cost <= ceiling and (sent - moved) / max(sent, 1.0) * step >= cost - least
+        ]
         return list(min(worth, key=lambda key: (scored[key][1], scored[key][0])))
 
     def _descend(self, starts: Sequence[List[int]], weight: float) -> List[int]:
@@ -141,17 +158,25 @@ class Planner:
             if not found:
                 found = [d.run(x, max_sweeps=1, max_group=SEED_GROUP) for x in starts]
             ranked = sorted(found, key=lambda x: self.problem.objective(x, weight, weights))
-            found += [d.run(x) for x in ranked[:FINALISTS if weights == SERIAL else FINALISTS_OTHER]]
+            found += [
+                d.run(x) for x in ranked[: FINALISTS if weights == SERIAL else FINALISTS_OTHER]
+            ]
         best = self._thinner(found + list(starts), weight, starts)
         for _ in range(POLISH_ROUNDS):
-            found += [Descent(self.problem, memory_weight=weight, groups=self._groups, weights=w).run(best)
-                      for w in self.objectives]
+            found += [
+                Descent(self.problem, memory_weight=weight, groups=self._groups, weights=w).run(
+                    best
+                )
+                for w in self.objectives
+            ]
             best, last = self._thinner(found + list(starts), weight, starts), best
             if best == last:
                 break
         return best
 
-    def _thinner(self, pool: List[List[int]], weight: float, experts: Sequence[List[int]]) -> List[int]:
+    def _thinner(
+        self, pool: List[List[int]], weight: float, experts: Sequence[List[int]]
+    ) -> List[int]:
         """_best of the pool; then, while _best takes one, of the pool and single-variable moves
         from its pick to fewer bytes (_fewer_bytes). The pool's fastest stays in, so moves add up
         to no more than BYTES_TIE of its step."""
@@ -171,7 +196,9 @@ class Planner:
         bias added before the all-reduce, not after)."""
         p = self.problem
         detail = self.evaluate(x)
-        price = detail.step_time / max(detail.bytes_per_device, 1.0)  # _best's seconds per byte saved
+        price = detail.step_time / max(
+            detail.bytes_per_device, 1.0
+        )  # _best's seconds per byte saved
         flips = []
         for v in range(len(x)):
             if not p.is_free(v):
@@ -182,7 +209,10 @@ class Planner:
                     continue
                 y[v] = k
                 saved = here - p.bytes_around(y, v)
-                if saved > 0 and min(p.change(x, v, k, weight, w) for w in self.objectives) <= saved * price:
+                if (
+                    saved > 0
+                    and min(p.change(x, v, k, weight, w) for w in self.objectives) <= saved * price
+                ):
                     flips.append((-saved, v, k))
         out = []
         for _, v, k in sorted(flips)[:FLIPS]:
@@ -209,23 +239,29 @@ class Planner:
         x, _ = flat.search()
         lifted = {}
         for unit in self.problem.units:
-            for name in unit.ops if unit.fixed is None else ():  # fixed ones keep what OneFlow gave them
+            for name in (
+                unit.ops if unit.fixed is None else ()
+            ):  # fixed ones keep what OneFlow gave them
                 sig = flat.problem.signature(name, x)
                 if self.graph.op(name).placement == self.mesh:
                     sig = Signature({bn: nd * len(axes) for bn, nd in sig.items()})
                 lifted[name] = sig
         return self.problem.assignment_of(lifted)
 
-    def search(self, memory_limit: Optional[float] = None) -> Tuple[List[int], Dict[str, List[int]]]:
+    def search(
+        self, memory_limit: Optional[float] = None
+    ) -> Tuple[List[int], Dict[str, List[int]]]:
         """(best assignment, baseline assignments)."""
         p = self.problem
         starts = seeds(p)
         need = self.min_memory()
         if memory_limit is not None and need > memory_limit:
             raise PlanningError(
-                f"no plan fits {_gib(memory_limit)} per device on mesh {format_mesh(self.mesh.hierarchy)}: "
-                f"the leanest plan needs {_gib(need)} (parameters, gradients, optimizer state and kept "
-                f"activations, split as far as the rules allow); give more memory or a larger mesh")
+                f"no plan fits {_gib(memory_limit)} per device on mesh "
+                f"{format_mesh(self.mesh.hierarchy)}: the leanest plan needs {_gib(need)} "
+                f"(parameters, gradients, optimizer state and kept "
+                f"activations, split as far as the rules allow); give more memory or a larger mesh"
+            )
         flat = self.flattened()
         best = self._descend(list(starts.values()) + ([flat] if flat is not None else []), 0.0)
         if memory_limit is None or p.memory_of(best) <= memory_limit:
@@ -233,7 +269,8 @@ class Planner:
         return self._fit_memory(best, starts, memory_limit), starts
 
     def _fit_memory(self, best: List[int], starts: Dict[str, List[int]], limit: float) -> List[int]:
-        """Raise the memory price until the plan fits, then bisect back to the cheapest that fits."""
+        """Raise the memory price until the plan fits, then bisect back to the cheapest that
+        fits."""
         p = self.problem
         lean = [int(np.argmin(m)) for m in p.memory]
         scale = max(p.objective(best), 1e-12) / max(p.memory_of(best), 1.0)
@@ -253,8 +290,12 @@ class Planner:
                 hi, fit = mid, self._best([fit, x], 0.0)
             else:
                 lo = mid
-        log.info("memory limit %s: plan uses %s (unconstrained best %s)", _gib(limit), _gib(p.memory_of(fit)),
-                 _gib(p.memory_of(best)))
+        log.info(
+            "memory limit %s: plan uses %s (unconstrained best %s)",
+            _gib(limit),
+            _gib(p.memory_of(fit)),
+            _gib(p.memory_of(best)),
+        )
         return fit
 
     def _is_parameter(self, unit, name: str) -> bool:
@@ -264,8 +305,13 @@ class Planner:
             return True
         return self.graph.tensor(head.inputs["model_0"]).producer == name
 
-    def to_plan(self, x: Sequence[int], others: Dict[str, List[int]], search_time: float,
-                everything: bool = False) -> Plan:
+    def to_plan(
+        self,
+        x: Sequence[int],
+        others: Dict[str, List[int]],
+        search_time: float,
+        everything: bool = False,
+    ) -> Plan:
         """The Plan of assignment x; `everything` lists held ops (but interface and train-step
         ops) as planned too, for describe."""
         p, g = self.problem, self.graph
@@ -278,22 +324,42 @@ class Planner:
                 if unit.fixed is not None and (not everything or op.role in ("io", "system")):
                     unplanned[name] = {"type": op.type, "reason": unit.fixed}
                     continue
-                ops[name] = OpEntry(op.type, signature_texts(sig), {bn: list(g.shape(op, bn)) for bn in op.bns},
-                                    list(op.inputs), detail.op_compute.get(name, 0.0), detail.op_comm.get(name, 0.0))
+                ops[name] = OpEntry(
+                    op.type,
+                    signature_texts(sig),
+                    {bn: list(g.shape(op, bn)) for bn in op.bns},
+                    list(op.inputs),
+                    detail.op_compute.get(name, 0.0),
+                    detail.op_comm.get(name, 0.0),
+                )
                 if op.role == "variable" and self._is_parameter(unit, name):
                     variables[name] = ops[name].signature["out"]
                     var_shapes[name] = list(g.shape(op, "out"))
                     var_bytes[name] = blob_bytes(g, op, "out", sig["out"], op.placement.hierarchy)
         transfers = self._transfers(x, detail)
         unknown = sorted({u["type"] for u in unplanned.values() if "no SBP rule" in u["reason"]})
-        notes = [f"op types with no SBP rule, left to OneFlow's own inference: {', '.join(unknown)}"] if unknown else []
+        notes = (
+            [f"op types with no SBP rule, left to OneFlow's own inference: {', '.join(unknown)}"]
+            if unknown
+            else []
+        )
         return Plan(
-            graph=g.name, mesh=format_mesh(self.mesh.hierarchy), cluster=self.cluster.name,
-            device=self.mesh.device, ops=ops, variables=variables, variable_shapes=var_shapes, variable_bytes=var_bytes,
-            unplanned_ops=unplanned, predicted=Predicted.of(detail),
+            graph=g.name,
+            mesh=format_mesh(self.mesh.hierarchy),
+            cluster=self.cluster.name,
+            device=self.mesh.device,
+            ops=ops,
+            variables=variables,
+            variable_shapes=var_shapes,
+            variable_bytes=var_bytes,
+            unplanned_ops=unplanned,
+            predicted=Predicted.of(detail),
             baselines={name: Predicted.of(self.evaluate(y)) for name, y in others.items()},
-            lower_bound_bytes=graph_bound_bytes(g, self.mesh.size), transfers=transfers,
-            search_time_s=search_time, notes=notes)
+            lower_bound_bytes=graph_bound_bytes(g, self.mesh.size),
+            transfers=transfers,
+            search_time_s=search_time,
+            notes=notes,
+        )
 
     def _transfers(self, x: Sequence[int], detail, limit: int = TRANSFERS_KEPT) -> List[Dict]:
         """The boxings that cost most: tensor, shape, SBP from and to, bytes and time per device."""
@@ -302,10 +368,24 @@ class Planner:
         for lbn, tr in sorted(detail.tensor_comm.items(), key=lambda kv: -kv[1].time)[:limit]:
             t = g.tensor(lbn)
             src = p.signature(t.producer, x)[t.obn]
-            dsts = sorted({format_nd(p.signature(c, x)[ibn]) for c, ibn in t.consumers
-                           if g.op(c).placement == g.op(t.producer).placement} - {format_nd(src)})
-            out.append({"tensor": lbn, "shape": list(t.shape), "from": format_nd(src), "to": dsts,
-                        "bytes": tr.bytes, "time_s": tr.time})
+            dsts = sorted(
+                {
+                    format_nd(p.signature(c, x)[ibn])
+                    for c, ibn in t.consumers
+                    if g.op(c).placement == g.op(t.producer).placement
+                }
+                - {format_nd(src)}
+            )
+            out.append(
+                {
+                    "tensor": lbn,
+                    "shape": list(t.shape),
+                    "from": format_nd(src),
+                    "to": dsts,
+                    "bytes": tr.bytes,
+                    "time_s": tr.time,
+                }
+            )
         return out
 
 
@@ -318,8 +398,15 @@ def hold_user_sbp(graph: Graph) -> Dict[str, str]:
 STRATEGIES = ("autoddl",) + tuple(baselines.BASELINES)
 
 
-def plan(graph: Graph, cluster, memory_limit: Optional[float] = None, hold: Optional[Dict[str, str]] = None,
-         tie: bool = True, ranks_per_node: Optional[int] = None, strategy: str = "autoddl") -> Plan:
+def plan(
+    graph: Graph,
+    cluster,
+    memory_limit: Optional[float] = None,
+    hold: Optional[Dict[str, str]] = None,
+    tie: bool = True,
+    ranks_per_node: Optional[int] = None,
+    strategy: str = "autoddl",
+) -> Plan:
     """Plan `graph` on its mesh for `cluster` (a Cluster, a preset name or a JSON path).
 
     `memory_limit` is bytes per device, the cluster's device memory by default (math.inf:
@@ -349,7 +436,8 @@ def plan(graph: Graph, cluster, memory_limit: Optional[float] = None, hold: Opti
 
 
 def describe(graph: Graph, cluster, ranks_per_node: Optional[int] = None) -> Plan:
-    """The Plan OneFlow's own signatures in `graph` amount to, costed by our model (for comparisons)."""
+    """The Plan OneFlow's own signatures in `graph` amount to, costed by our model (for
+    comparisons)."""
     if isinstance(cluster, str):
         cluster = load_cluster(cluster)
     start = time.perf_counter()

@@ -6,13 +6,14 @@ default). "bytes / matmul bound" divides bytes sent per device by the sum over m
 their communication lower bounds (cost.bounds): a yardstick per matmul, which a plan can
 undercut by sharing one transfer among several matmuls or by replicating work.
 """
+
 from typing import List, Optional
 
 from tabulate import tabulate
 
 from .plan import Plan, Predicted
 
-MiB = 2.0 ** 20
+MiB = 2.0**20
 
 
 def _ms(t: float) -> str:
@@ -34,35 +35,64 @@ def comparison_rows(plan: Plan) -> List[List[str]]:
     limit = plan.memory_limit_bytes
     for name, p in entries:
         fits = "-" if limit is None else ("yes" if p.memory_per_device <= limit else "no")
-        row = [name, _ms(p.step_time_s), _ms(p.comm_time_s), _ms(p.exposed_comm_s), _mib(p.bytes_per_device),
-               _mib(p.memory_per_device), fits]
+        row = [
+            name,
+            _ms(p.step_time_s),
+            _ms(p.comm_time_s),
+            _ms(p.exposed_comm_s),
+            _mib(p.bytes_per_device),
+            _mib(p.memory_per_device),
+            fits,
+        ]
         row.append(_ratio(p.step_time_s, dp.step_time_s) if dp else "-")
-        row.append(_ratio(p.bytes_per_device, plan.lower_bound_bytes) if plan.lower_bound_bytes else "-")
+        row.append(
+            _ratio(p.bytes_per_device, plan.lower_bound_bytes) if plan.lower_bound_bytes else "-"
+        )
         rows.append(row)
     return rows
 
 
 def comparison_table(plan: Plan) -> str:
-    headers = ["plan", "step ms", "comm ms", "not overlapped ms", "MiB sent/device", "MiB memory/device", "fits", "time / DP",
-               "bytes / matmul bound"]
+    headers = [
+        "plan",
+        "step ms",
+        "comm ms",
+        "not overlapped ms",
+        "MiB sent/device",
+        "MiB memory/device",
+        "fits",
+        "time / DP",
+        "bytes / matmul bound",
+    ]
     return tabulate(comparison_rows(plan), headers=headers, tablefmt="github")
 
 
 def summary(plan: Plan) -> str:
     """The block logged when a graph is compiled with a plan."""
     p: Predicted = plan.predicted
-    lines = [f"mesh {plan.mesh} ({plan.device}), cluster {plan.cluster}, {len(plan.ops)} ops planned, "
-             f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s",
-             f"predicted step {_ms(p.step_time_s)} ms (compute {_ms(p.compute_time_s)}, communication "
-             f"{_ms(p.comm_time_s)} of which {_ms(p.exposed_comm_s)} not overlapped), {_mib(p.bytes_per_device)} MiB sent and {_mib(p.memory_per_device)} MiB "
-             f"held per device", comparison_table(plan)]
+    lines = [
+        f"mesh {plan.mesh} ({plan.device}), cluster {plan.cluster}, {len(plan.ops)} ops planned, "
+        f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s",
+        f"predicted step {_ms(p.step_time_s)} ms (compute {_ms(p.compute_time_s)}, communication "
+        f"{_ms(p.comm_time_s)} of which {_ms(p.exposed_comm_s)} not overlapped), "
+        f"{_mib(p.bytes_per_device)} MiB sent and {_mib(p.memory_per_device)} MiB "
+        f"held per device",
+        comparison_table(plan),
+    ]
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)
 
 
 def parameter_table(plan: Plan) -> str:
-    rows = [[name, "x".join(map(str, plan.variable_shapes[name])), sbp, _mib(plan.variable_bytes.get(name, 0.0))]
-            for name, sbp in plan.variables.items()]
+    rows = [
+        [
+            name,
+            "x".join(map(str, plan.variable_shapes[name])),
+            sbp,
+            _mib(plan.variable_bytes.get(name, 0.0)),
+        ]
+        for name, sbp in plan.variables.items()
+    ]
     return tabulate(rows, headers=["parameter", "shape", "SBP", "MiB/device"], tablefmt="github")
 
 
@@ -71,13 +101,29 @@ def op_table(plan: Plan, limit: Optional[int] = None) -> str:
     for name, e in list(plan.ops.items())[:limit]:
         ins = ", ".join(f"{bn}={s}" for bn, s in e.signature.items() if bn in e.inputs)
         outs = ", ".join(f"{bn}={s}" for bn, s in e.signature.items() if bn not in e.inputs)
-        rows.append([name, e.type, ins, outs, f"{e.compute_time_s * 1e6:.1f}", f"{e.comm_time_s * 1e6:.1f}"])
-    return tabulate(rows, headers=["op", "type", "input SBP", "output SBP", "compute us", "comm us"],
-                    tablefmt="github")
+        rows.append(
+            [name, e.type, ins, outs, f"{e.compute_time_s * 1e6:.1f}", f"{e.comm_time_s * 1e6:.1f}"]
+        )
+    return tabulate(
+        rows,
+        headers=["op", "type", "input SBP", "output SBP", "compute us", "comm us"],
+        tablefmt="github",
+    )
 
 
 def transfer_table(plan: Plan, limit: int = 10) -> str:
     """The costliest boxings of the plan: what moves where, and what it costs per device."""
-    rows = [[t["tensor"], "x".join(map(str, t["shape"])) or "scalar", t["from"], ", ".join(t["to"]) or "(another placement)",
-             _mib(t["bytes"]), _ms(t["time_s"])] for t in plan.transfers[:limit]]
-    return tabulate(rows, headers=["tensor", "shape", "from", "to", "MiB/device", "ms"], tablefmt="github")
+    rows = [
+        [
+            t["tensor"],
+            "x".join(map(str, t["shape"])) or "scalar",
+            t["from"],
+            ", ".join(t["to"]) or "(another placement)",
+            _mib(t["bytes"]),
+            _ms(t["time_s"]),
+        ]
+        for t in plan.transfers[:limit]
+    ]
+    return tabulate(
+        rows, headers=["tensor", "shape", "from", "to", "MiB/device", "ms"], tablefmt="github"
+    )

@@ -5,6 +5,7 @@ tensor axis 0 across mesh axis 0, replicated across mesh axis 1". A signature ma
 blob name of an op (`a_0`, `out_0`, ...) to the n-D SBP it takes there. Everything here is
 plain data: hashable, ordered, and cheap to compare, because the search compares millions.
 """
+
 import re
 from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -83,7 +84,9 @@ def split_axes(nd: NdSbp) -> Tuple[int, ...]:
     return tuple(s.axis for s in nd if s.is_split)
 
 
-def local_shape(shape: Sequence[int], nd: NdSbp, hierarchy: Sequence[int]) -> Optional[Tuple[int, ...]]:
+def local_shape(
+    shape: Sequence[int], nd: NdSbp, hierarchy: Sequence[int]
+) -> Optional[Tuple[int, ...]]:
     """Per-device shape under `nd`, splitting successively as OneFlow does (floor).
 
     Returns None when the SBP is invalid for the shape: a split axis out of range or a
@@ -157,4 +160,3 @@ def product_signature(per_axis: Sequence[Mapping[str, Sbp]]) -> Signature:
     """Combine one 1-D signature per mesh axis into an n-D signature."""
     bns = per_axis[0].keys()
     return Signature({bn: tuple(sig[bn] for sig in per_axis) for bn in bns})
-

@@ -1,4 +1,5 @@
 """Shared fixtures: the rank harness, and a check that no launched rank outlives the suite."""
+
 import os
 import sys
 

@@ -1,9 +1,12 @@
-"""On ranks: write the rules' candidate signatures into traced Jobs and check OneFlow accepts them."""
+"""On ranks: write the rules' candidate signatures into traced Jobs and check OneFlow accepts
+them."""
+
 import base64
 import random
 from collections import defaultdict
 
 import oneflow as flow
+import rank_models
 
 from oneflow_autoddl.adapter.job import read_job, signatures_of
 from oneflow_autoddl.adapter.writeback import write_signatures
@@ -12,8 +15,6 @@ from oneflow_autoddl.cost.model import INFEASIBLE, CostModel
 from oneflow_autoddl.rules import same_sbp_inputs
 from oneflow_autoddl.sbp import format_signature
 from oneflow_autoddl.search.units import build_units, fill_candidates
-
-import rank_models
 
 
 def _pattern(op, sig):
@@ -38,8 +39,14 @@ def _feasible(graph, model, unit, joint, chosen):
         for obn, lbn in op.outputs.items():
             for consumer, ibn in graph.tensor(lbn).consumers:
                 dst = chosen.get(consumer)
-                if dst is not None and graph.op(consumer).placement == op.placement and \
-                        model.transfer(sig[obn], dst[ibn], graph.tensor(lbn).shape, graph.tensor(lbn).dtype).time >= INFEASIBLE:
+                if (
+                    dst is not None
+                    and graph.op(consumer).placement == op.placement
+                    and model.transfer(
+                        sig[obn], dst[ibn], graph.tensor(lbn).shape, graph.tensor(lbn).dtype
+                    ).time
+                    >= INFEASIBLE
+                ):
                     return False
     return True
 
@@ -50,7 +57,9 @@ def _choose(graph, units, tried, rng):
     chosen = {}
     for unit in units:
         head = graph.op(unit.ops[0])
-        options = [c for c in unit.candidates if _feasible(graph, model, unit, c, chosen)] or list(unit.candidates)
+        options = [c for c in unit.candidates if _feasible(graph, model, unit, c, chosen)] or list(
+            unit.candidates
+        )
         fresh = [c for c in options if _pattern(head, c[0]) not in tried[head.type]]
         pick = rng.choice(fresh or options)
         for name, sig in zip(unit.ops, pick):
@@ -93,16 +102,24 @@ def accept(model: str, mesh: str, rounds: int, seed: int = 0):
             compiled_ops += 1
             got = compiled.get(name)
             if got is None or any(got.get(bn) != nd for bn, nd in sig.items()):
-                mismatched.append(f"{name} ({op.type}): wrote {format_signature(sig)}, "
-                                  f"compiled {format_signature(got) if got else 'nothing'}")
+                mismatched.append(
+                    f"{name} ({op.type}): wrote {format_signature(sig)}, "
+                    f"compiled {format_signature(got) if got else 'nothing'}"
+                )
     coverage = {}
     ir_units = build_units(ir)
     for unit in ir_units:
         fill_candidates(ir, unit, ir.main_placement(), {})
         head = ir.op(unit.ops[0])
         if unit.fixed is None:
-            coverage.setdefault(head.type, set()).update(_pattern(head, c[0]) for c in unit.candidates)
-    return {"rounds": rounds, "signatures": compiled_ops, "rejected": rejected, "mismatched": mismatched[:20],
-            "types": {t: [len(tried[t]), len(all_)] for t, all_ in coverage.items()},
-            "job": first_job if flow.env.get_rank() == 0 else None}
-
+            coverage.setdefault(head.type, set()).update(
+                _pattern(head, c[0]) for c in unit.candidates
+            )
+    return {
+        "rounds": rounds,
+        "signatures": compiled_ops,
+        "rejected": rejected,
+        "mismatched": mismatched[:20],
+        "types": {t: [len(tried[t]), len(all_)] for t, all_ in coverage.items()},
+        "job": first_job if flow.env.get_rank() == 0 else None,
+    }

@@ -1,11 +1,12 @@
 """On ranks: the examples' own main(), and a model outside the examples traced for the CLI."""
+
 import importlib
 from types import SimpleNamespace
 
 import oneflow as flow
+from common import TrainGraph  # examples/common.py
 from oneflow import nn
 
-from common import TrainGraph  # examples/common.py
 from oneflow_autoddl.adapter.trace import save_job
 
 
@@ -17,8 +18,15 @@ def run(examples):
 def trace_cnn(path: str):
     """A small CNN the user wrote, traced on one rank for `python -m oneflow_autoddl plan --job`."""
     place = flow.placement("cpu", ranks=[0])
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                          nn.Linear(8 * 16 * 16, 64), nn.Tanh(), nn.Linear(64, 10)).to_global(place, flow.sbp.broadcast)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8 * 16 * 16, 64),
+        nn.Tanh(),
+        nn.Linear(64, 10),
+    ).to_global(place, flow.sbp.broadcast)
     opt = flow.optim.Adam(model.parameters(), lr=1e-3)
 
     x = flow.randn(32, 3, 32, 32).to_global(place, flow.sbp.broadcast)

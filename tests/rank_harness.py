@@ -1,4 +1,5 @@
 """Tiny rank functions that exercise the harness itself."""
+
 import time
 
 import oneflow as flow

@@ -1,10 +1,12 @@
 """On ranks: train the examples' models with and without the plugin and report what ran."""
+
 import json
 import logging
 import os
 import time
 
 import oneflow as flow
+import rank_models
 
 import oneflow_autoddl
 from oneflow_autoddl.adapter import writeback
@@ -12,8 +14,6 @@ from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import compiled_mismatches
 from oneflow_autoddl.planner import describe
 from oneflow_autoddl.sbp import parse_nd
-
-import rank_models
 
 
 class _Records(logging.Handler):
@@ -33,13 +33,21 @@ def _report(graph, losses):
     plan = oneflow_autoddl.plan_of(graph)
     out = {"losses": losses, "fallback": getattr(graph, "_autoddl_fallback", None), "plan": None}
     if plan is not None:
-        out["plan"] = {"split": sorted(n for n, s in plan.variables.items() if any(x.kind != "B" for x in parse_nd(s))),
-                       "ops": len(plan.ops), "mismatches": compiled_mismatches(graph._compiled_graph_proto, plan),
-                       "notes": plan.notes, "variables": plan.variables}
+        out["plan"] = {
+            "split": sorted(
+                n for n, s in plan.variables.items() if any(x.kind != "B" for x in parse_nd(s))
+            ),
+            "ops": len(plan.ops),
+            "mismatches": compiled_mismatches(graph._compiled_graph_proto, plan),
+            "notes": plan.notes,
+            "variables": plan.variables,
+        }
     return out
 
 
-def compare(cases, mesh: str, steps: int = 5, cluster: str = "cpu-local", memory_fraction: float = 0.75):
+def compare(
+    cases, mesh: str, steps: int = 5, cluster: str = "cpu-local", memory_fraction: float = 0.75
+):
     """For each (model, optimizer, planner): data parallel losses, then the plugin's.
 
     The plugin gets `memory_fraction` of what data parallel holds per device, so that its
@@ -54,10 +62,22 @@ def compare(cases, mesh: str, steps: int = 5, cluster: str = "cpu-local", memory
         dp = _train(graph, inputs, steps)
         dp_seconds = time.perf_counter() - start
         held = describe(read_job(graph._full_graph_proto), cluster).predicted.memory_per_device
-        graph, inputs = rank_models.build(model, mesh, plan=planner, optimizer=optimizer, cluster=cluster,
-                                          memory_per_device=held * memory_fraction)
-        results.append({"case": [model, optimizer, planner], "dp": dp, **_report(graph, _train(graph, inputs, steps)),
-                        "seconds": [dp_seconds, time.perf_counter() - start - dp_seconds]})
+        graph, inputs = rank_models.build(
+            model,
+            mesh,
+            plan=planner,
+            optimizer=optimizer,
+            cluster=cluster,
+            memory_per_device=held * memory_fraction,
+        )
+        results.append(
+            {
+                "case": [model, optimizer, planner],
+                "dp": dp,
+                **_report(graph, _train(graph, inputs, steps)),
+                "seconds": [dp_seconds, time.perf_counter() - start - dp_seconds],
+            }
+        )
     return {"results": results, "warnings": records.lines}
 
 
@@ -91,8 +111,13 @@ def fallbacks():
         finally:
             writeback.check_signatures = saved
         os.remove(path)
-        out[name] = {"good": good, "losses": losses, "victim": victim, "plan": oneflow_autoddl.plan_of(graph) is not None,
-                     "fallback": getattr(graph, "_autoddl_fallback", None)}
+        out[name] = {
+            "good": good,
+            "losses": losses,
+            "victim": victim,
+            "plan": oneflow_autoddl.plan_of(graph) is not None,
+            "fallback": getattr(graph, "_autoddl_fallback", None),
+        }
     out["warnings"] = records.lines
     out["shared"] = _shared_module()
     return out
@@ -107,7 +132,7 @@ def _shared_module(steps: int = 3):
         model, loss_fn = train.model.to(flow.nn.Module), train.loss_fn.to(flow.nn.Module)
 
         class Eval(flow.nn.Graph):
-            def __init__(self):
+            def __init__(self, model, loss_fn, plan):
                 super().__init__()
                 self.model, self.loss_fn = model, loss_fn
                 if plan != "dp":
@@ -118,9 +143,12 @@ def _shared_module(steps: int = 3):
                 return self.loss_fn(self.model(x), y)
 
         losses = _train(train, inputs, steps)
-        evaluate = Eval()
-        results[plan] = {"train": losses, "eval": [float(evaluate(*inputs).numpy()) for _ in range(2)],
-                         "train_after": _train(train, inputs, 1),
-                         "eval_plan": oneflow_autoddl.plan_of(evaluate) is not None if plan != "dp" else None,
-                         "split": sum(any(s != flow.sbp.broadcast for s in p.sbp) for p in model.parameters())}
+        evaluate = Eval(model, loss_fn, plan)
+        results[plan] = {
+            "train": losses,
+            "eval": [float(evaluate(*inputs).numpy()) for _ in range(2)],
+            "train_after": _train(train, inputs, 1),
+            "eval_plan": oneflow_autoddl.plan_of(evaluate) is not None if plan != "dp" else None,
+            "split": sum(any(s != flow.sbp.broadcast for s in p.sbp) for p in model.parameters()),
+        }
     return results

@@ -1,4 +1,5 @@
 """Functions the tests run on OneFlow ranks (through tests/ranks.py). Each returns JSON."""
+
 import os
 import sys
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 
 from common import TrainGraph  # noqa: E402  (examples/common.py)
+
 from oneflow_autoddl.adapter.placement import placement  # noqa: E402
 
 
@@ -30,11 +32,16 @@ def train_mlp(mesh: str, steps: int = 3):
     model = _mlp(place, nd)
     opt = flow.optim.SGD(model.parameters(), lr=0.1)
 
-    graph, rng = TrainGraph(model, nn.CrossEntropyLoss(), opt, SimpleNamespace(plan="dp")), np.random.RandomState(1)
+    graph, rng = (
+        TrainGraph(model, nn.CrossEntropyLoss(), opt, SimpleNamespace(plan="dp")),
+        np.random.RandomState(1),
+    )
     split = [flow.sbp.split(0)] * nd
     losses = []
     for _ in range(steps):
-        x = flow.tensor(rng.randn(16, 32).astype(np.float32)).to_global(place, [flow.sbp.broadcast] * nd)
+        x = flow.tensor(rng.randn(16, 32).astype(np.float32)).to_global(
+            place, [flow.sbp.broadcast] * nd
+        )
         y = flow.tensor(rng.randint(0, 8, 16)).to_global(place, [flow.sbp.broadcast] * nd)
         losses.append(float(graph(x.to_global(sbp=split), y.to_global(sbp=split)).numpy()))
     return {"losses": losses, "rank": flow.env.get_rank()}

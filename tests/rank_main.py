@@ -3,6 +3,7 @@
 Usage (by the harness only): rank_main.py OUT_DIR module:function JSON_KWARGS
 Each rank writes its stderr to OUT_DIR/rank<r>.err and its result to OUT_DIR/rank<r>.json.
 """
+
 import importlib
 import json
 import os
@@ -25,7 +26,9 @@ def main() -> int:
         return 1
     with open(os.path.join(out_dir, f"rank{rank}.json.tmp"), "w") as f:
         json.dump(result, f)
-    os.replace(os.path.join(out_dir, f"rank{rank}.json.tmp"), os.path.join(out_dir, f"rank{rank}.json"))
+    os.replace(
+        os.path.join(out_dir, f"rank{rank}.json.tmp"), os.path.join(out_dir, f"rank{rank}.json")
+    )
     return 0
 
 

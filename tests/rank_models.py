@@ -1,13 +1,13 @@
 """The examples' models at test sizes, as untraced training graphs with their inputs."""
+
 from types import SimpleNamespace
 
-
+import common  # examples/common.py
 import numpy as np
 import oneflow as flow
-
-import common  # examples/common.py
 from gpt_model import GPT, GPTLoss
 from vgg_model import VGG
+
 from oneflow_autoddl.adapter.placement import placement
 from oneflow_autoddl.mesh import parse_mesh
 
@@ -18,14 +18,30 @@ VGG_SIZES = dict(depth=16, width_mult=0.125, image_size=32, num_classes=10)
 def fuse_layer_norm() -> None:
     """Trace nn.LayerNorm as the fused layer_norm op, as OneFlow does on CUDA (its CPU kernel is
     missing, so graphs traced this way can be compiled here but not run)."""
+
     def forward(self, x):
         axis = x.dim() - len(self.normalized_shape)
-        return flow._C.layer_norm_affine(x, self.weight, self.bias, begin_norm_axis=axis,
-                                         begin_params_axis=axis, epsilon=self.eps)
+        return flow._C.layer_norm_affine(
+            x,
+            self.weight,
+            self.bias,
+            begin_norm_axis=axis,
+            begin_params_axis=axis,
+            epsilon=self.eps,
+        )
+
     flow.nn.LayerNorm.forward = forward
 
 
-def build(model: str, mesh: str, plan: str = "dp", batch: int = 8, optimizer: str = "default", sizes=None, **flags):
+def build(
+    model: str,
+    mesh: str,
+    plan: str = "dp",
+    batch: int = 8,
+    optimizer: str = "default",
+    sizes=None,
+    **flags,
+):
     """(graph, inputs) for "gpt", "gpt-fused" (LayerNorm as on CUDA) or "vgg" on `mesh`, at the
     test sizes or `sizes`; `plan` and flags as examples/common.configure takes them."""
     if model == "gpt-fused":
@@ -54,8 +70,13 @@ def build(model: str, mesh: str, plan: str = "dp", batch: int = 8, optimizer: st
         opt = flow.optim.SGD(net.parameters(), lr=0.05)
     else:
         opt = flow.optim.SGD(net.parameters(), lr=0.02, momentum=0.9)
-    args = SimpleNamespace(plan=plan, cluster=flags.get("cluster"), ranks_per_node=flags.get("ranks_per_node"),
-                           memory_per_device=flags.get("memory_per_device"), load_plan=flags.get("load_plan"))
+    args = SimpleNamespace(
+        plan=plan,
+        cluster=flags.get("cluster"),
+        ranks_per_node=flags.get("ranks_per_node"),
+        memory_per_device=flags.get("memory_per_device"),
+        load_plan=flags.get("load_plan"),
+    )
     graph = common.TrainGraph(net, loss_fn, opt, args)
     inputs = [flow.tensor(a).to_global(place, bcast).to_global(sbp=split) for a in (x, y)]
     return graph, inputs

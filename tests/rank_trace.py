@@ -1,5 +1,6 @@
 """Rank functions that trace the examples' training graphs as the examples build them (never
 run them) and return rank 0's Job, base64-encoded, for tests/test_models.py to read."""
+
 import argparse
 import base64
 import os
@@ -19,7 +20,8 @@ from oneflow_autoddl.mesh import parse_mesh  # noqa: E402
 
 
 def _on(mesh: str):
-    """The mesh's placement, all-broadcast and all-batch-split SBPs, as examples/common.py's setup()."""
+    """The mesh's placement, all-broadcast and all-batch-split SBPs, as examples/common.py's
+    setup()."""
     nd = len(parse_mesh(mesh))
     return placement("cpu", mesh), [flow.sbp.broadcast] * nd, [flow.sbp.split(0)] * nd
 
@@ -33,7 +35,9 @@ def _job(model, loss_fn, optimizer, mesh, *inputs):
     return {"job": base64.b64encode(graph._full_graph_proto.SerializeToString()).decode()}
 
 
-def trace_gpt(mesh: str, layers: int, hidden: int, heads: int, seq_len: int, vocab: int, batch: int):
+def trace_gpt(
+    mesh: str, layers: int, hidden: int, heads: int, seq_len: int, vocab: int, batch: int
+):
     """examples/gpt.py's graph: GPT + GPTLoss, AdamW."""
     place, broadcast, _ = _on(mesh)
     model = GPT(layers, hidden, heads, seq_len, vocab).to_global(place, broadcast)
@@ -42,7 +46,9 @@ def trace_gpt(mesh: str, layers: int, hidden: int, heads: int, seq_len: int, voc
     return _job(model, GPTLoss(), optimizer, mesh, tokens, tokens)
 
 
-def trace_vgg(mesh: str, depth: int, width_mult: float, image_size: int, num_classes: int, batch: int):
+def trace_vgg(
+    mesh: str, depth: int, width_mult: float, image_size: int, num_classes: int, batch: int
+):
     """examples/vgg.py's graph: VGG, cross entropy, SGD with momentum."""
     place, broadcast, _ = _on(mesh)
     model = VGG(depth, width_mult, image_size, num_classes).to_global(place, broadcast)

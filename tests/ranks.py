@@ -4,6 +4,7 @@ Every run gets its own free --master_port (other jobs may hold OneFlow's default
 its own working directory (OneFlow writes ./log there) and a timeout; the launcher and
 all ranks live in one process group that is killed when the run ends, however it ends.
 """
+
 import json
 import os
 import signal
@@ -22,7 +23,8 @@ LAUNCHED_GROUPS = set()  # process groups this interpreter started, checked at t
 
 
 def _live_members(pgid: int) -> List[int]:
-    """PIDs in process group `pgid` that are not zombies (killed ranks wait for init to reap them)."""
+    """PIDs in process group `pgid` that are not zombies (killed ranks wait for init to reap
+    them)."""
     members = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -79,22 +81,47 @@ def _tail(path: str, limit: int = 6000) -> str:
     return text[-limit:]
 
 
-def run_on_ranks(target: str, nproc: int, timeout: float = 240, env: Optional[Dict[str, str]] = None,
-                 paths: Sequence[str] = (), **kwargs: Any) -> List[Any]:
+def run_on_ranks(
+    target: str,
+    nproc: int,
+    timeout: float = 240,
+    env: Optional[Dict[str, str]] = None,
+    paths: Sequence[str] = (),
+    **kwargs: Any,
+) -> List[Any]:
     """Call `module:function(**kwargs)` (module importable from tests/ or `paths`) on `nproc` ranks.
 
     Returns the per-rank results in rank order. Raises RankFailure with the stderr of the
     first rank that failed, or of every rank on a timeout.
     """
     with tempfile.TemporaryDirectory(prefix="autoddl-ranks-") as out_dir:
-        cmd = [sys.executable, "-m", "oneflow.distributed.launch", "--nproc_per_node", str(nproc),
-               "--master_port", str(free_port()), os.path.join(HERE, "rank_main.py"),
-               out_dir, target, json.dumps(kwargs)]
-        run_env = dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, ROOT, os.path.join(ROOT, "examples"), HERE]))
+        cmd = [
+            sys.executable,
+            "-m",
+            "oneflow.distributed.launch",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_port",
+            str(free_port()),
+            os.path.join(HERE, "rank_main.py"),
+            out_dir,
+            target,
+            json.dumps(kwargs),
+        ]
+        run_env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([*paths, ROOT, os.path.join(ROOT, "examples"), HERE]),
+        )
         run_env.update(env or {})
         with open(os.path.join(out_dir, "launcher.log"), "w") as log:
-            proc = subprocess.Popen(cmd, cwd=out_dir, env=run_env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=out_dir,
+                env=run_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             LAUNCHED_GROUPS.add(proc.pid)
             try:
                 code = proc.wait(timeout=timeout)
@@ -106,13 +133,21 @@ def run_on_ranks(target: str, nproc: int, timeout: float = 240, env: Optional[Di
         for rank in range(nproc):
             path = os.path.join(out_dir, f"rank{rank}.json")
             if not os.path.exists(path):
-                what = f"timed out after {timeout:.0f} s" if code is None else f"exited with code {code}"
-                raise RankFailure(f"{target} on {nproc} ranks {what}; rank {rank} gave no result. "
-                                  f"Its stderr:\n{_tail(os.path.join(out_dir, f'rank{rank}.err'))}\n"
-                                  f"launcher:\n{_tail(os.path.join(out_dir, 'launcher.log'), 2000)}")
+                what = (
+                    f"timed out after {timeout:.0f} s"
+                    if code is None
+                    else f"exited with code {code}"
+                )
+                raise RankFailure(
+                    f"{target} on {nproc} ranks {what}; rank {rank} gave no result. "
+                    f"Its stderr:\n{_tail(os.path.join(out_dir, f'rank{rank}.err'))}\n"
+                    f"launcher:\n{_tail(os.path.join(out_dir, 'launcher.log'), 2000)}"
+                )
             with open(path) as f:
                 results.append(json.load(f))
         if code != 0:
-            raise RankFailure(f"{target} on {nproc} ranks: launcher exited with {code}\n"
-                              f"{_tail(os.path.join(out_dir, 'launcher.log'))}")
+            raise RankFailure(
+                f"{target} on {nproc} ranks: launcher exited with {code}\n"
+                f"{_tail(os.path.join(out_dir, 'launcher.log'))}"
+            )
         return results

@@ -1,20 +1,46 @@
 """python -m oneflow_autoddl plan: any cluster from a laptop, and clear refusals."""
+
 import json
 import subprocess
 import sys
 
 import pytest
 
-GPT3 = ["--model", "gpt", "--layers", "96", "--hidden", "12288", "--heads", "96", "--seq-len", "2048",
-        "--vocab", "50257", "--batch-size", "128"]
+GPT3 = [
+    "--model",
+    "gpt",
+    "--layers",
+    "96",
+    "--hidden",
+    "12288",
+    "--heads",
+    "96",
+    "--seq-len",
+    "2048",
+    "--vocab",
+    "50257",
+    "--batch-size",
+    "128",
+]
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "oneflow_autoddl", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "oneflow_autoddl", *args], capture_output=True, text=True
+    )
 
 
 def test_gpt3_on_1024_a100s(tmp_path):
-    out = cli("plan", *GPT3, "--mesh", "128x8", "--cluster", "dgx-a100", "--json", str(tmp_path / "p.json"))
+    out = cli(
+        "plan",
+        *GPT3,
+        "--mesh",
+        "128x8",
+        "--cluster",
+        "dgx-a100",
+        "--json",
+        str(tmp_path / "p.json"),
+    )
     assert out.returncode == 0, out.stderr
     assert "| autoddl" in out.stdout and "| megatron" in out.stdout
     plan = json.loads((tmp_path / "p.json").read_text())
@@ -23,26 +49,55 @@ def test_gpt3_on_1024_a100s(tmp_path):
     assert plan["predicted"]["memory_per_device"] <= plan["memory_limit_bytes"]
     for name in ("data_parallel", "megatron", "zero"):
         assert plan["baselines"][name]["step_time_s"] > 0
-    assert plan["predicted"]["step_time_s"] <= min(b["step_time_s"] for b in plan["baselines"].values())
+    assert plan["predicted"]["step_time_s"] <= min(
+        b["step_time_s"] for b in plan["baselines"].values()
+    )
 
 
 def test_vgg16_on_a_2d_mesh(tmp_path):
-    out = cli("plan", "--model", "vgg16", "--mesh", "2x4", "--cluster", "dgx-h100", "--batch-size", "64")
+    out = cli(
+        "plan", "--model", "vgg16", "--mesh", "2x4", "--cluster", "dgx-h100", "--batch-size", "64"
+    )
     assert out.returncode == 0, out.stderr
     assert "model.features.0.weight" in out.stdout
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--model", "resnet"], "invalid choice: 'resnet' (choose from 'gpt', 'vgg11'"),
-    (["--model", "gpt", "--cluster", "tpu-v9"], "one of cpu-local, dgx-a100, dgx-h100, piz-daint"),
-    (["--model", "gpt", "--mesh", "4x"], "not of the form"),
-    (["--model", "gpt", "--batch-size", "6"], "batch 6, which mesh axis 0 of 4 (4 devices) does not divide"),
-    (["--model", "gpt", "--memory-per-device", "20KiB", "--batch-size", "8"], "leanest plan needs"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--model", "resnet"], "invalid choice: 'resnet' (choose from 'gpt', 'vgg11'"),
+        (
+            ["--model", "gpt", "--cluster", "tpu-v9"],
+            "one of cpu-local, dgx-a100, dgx-h100, piz-daint",
+        ),
+        (["--model", "gpt", "--mesh", "4x"], "not of the form"),
+        (
+            ["--model", "gpt", "--batch-size", "6"],
+            "batch 6, which mesh axis 0 of 4 (4 devices) does not divide",
+        ),
+        (
+            ["--model", "gpt", "--memory-per-device", "20KiB", "--batch-size", "8"],
+            "leanest plan needs",
+        ),
+    ],
+)
 def test_bad_input_is_refused_with_the_reason(args, message):
     mesh = [] if "--mesh" in args else ["--mesh", "4"]
-    out = cli("plan", "--layers", "2", "--hidden", "64", "--heads", "2", "--seq-len", "16", "--vocab", "64",
-              *mesh, *args)
+    out = cli(
+        "plan",
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--heads",
+        "2",
+        "--seq-len",
+        "16",
+        "--vocab",
+        "64",
+        *mesh,
+        *args,
+    )
     assert out.returncode != 0
     assert message in out.stderr, out.stderr
 
@@ -58,8 +113,20 @@ def test_a_file_that_is_not_a_job(tmp_path):
 def test_a_users_own_model_traced_on_one_rank_plans_for_8_devices(ranks, tmp_path):
     path = str(tmp_path / "cnn.job")
     ranks("rank_examples:trace_cnn", 1, path=path)
-    out = cli("plan", "--job", path, "--mesh", "8", "--cluster", "dgx-a100", "--json", str(tmp_path / "p.json"))
+    out = cli(
+        "plan",
+        "--job",
+        path,
+        "--mesh",
+        "8",
+        "--cluster",
+        "dgx-a100",
+        "--json",
+        str(tmp_path / "p.json"),
+    )
     assert out.returncode == 0, out.stderr
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["mesh"] == "8"
-    assert "tanh" in json.dumps(plan["unplanned_ops"]) or any(e["type"] == "tanh" for e in plan["ops"].values())
+    assert "tanh" in json.dumps(plan["unplanned_ops"]) or any(
+        e["type"] == "tanh" for e in plan["ops"].values()
+    )

@@ -1,34 +1,65 @@
-"""Cost model: transitions by hand and against OneFlow's formulas, clusters, meshes, compute, memory."""
+"""Cost model: transitions by hand and against OneFlow's formulas, clusters, meshes, compute,
+memory."""
+
 import itertools
 import json
 
 import pytest
-
 from irkit import Kit
+
 from oneflow_autoddl.cost.boxing import MESSAGE_OVERHEAD, nccl_axis_cost, oneflow_cpu_axis_cost
-from oneflow_autoddl.cost.cluster import ClusterError, Link, cluster_from_json, load_cluster, map_mesh, preset_names
+from oneflow_autoddl.cost.cluster import (
+    ClusterError,
+    Link,
+    cluster_from_json,
+    load_cluster,
+    map_mesh,
+    preset_names,
+)
 from oneflow_autoddl.cost.compute import op_memory, op_time
 from oneflow_autoddl.cost.model import CostModel
-from oneflow_autoddl.rules import OpView, get_rule
 from oneflow_autoddl.cost.schedule import Scheduler
+from oneflow_autoddl.rules import OpView, get_rule
 from oneflow_autoddl.sbp import B, S, Signature, parse_nd
 from oneflow_autoddl.search.problem import Problem
 
-T = 4 * 2 ** 20  # bytes: the tensors measured on CPU ranks were 1M floats
+T = 4 * 2**20  # bytes: the tensors measured on CPU ranks were 1M floats
 SHAPE = (4096, 256)
 
 
 def cluster(backend="nccl", dpn=8, nodes=4, intra=(100e9, 1e-6), inter=(80e9, 5e-6)):
-    return cluster_from_json({
-        "name": "test", "backend": backend, "nodes": nodes, "devices_per_node": dpn, "source": "test",
-        "device": {"name": "d", "memory_bytes": 16e9, "flops": {"float32": 1e12}, "memory_bandwidth": 1e12},
-        "links": {"intra_node": {"bandwidth_per_device": intra[0], "latency": intra[1]},
-                  "inter_node": {"bandwidth_per_node": inter[0], "latency": inter[1]}}})
+    return cluster_from_json(
+        {
+            "name": "test",
+            "backend": backend,
+            "nodes": nodes,
+            "devices_per_node": dpn,
+            "source": "test",
+            "device": {
+                "name": "d",
+                "memory_bytes": 16e9,
+                "flops": {"float32": 1e12},
+                "memory_bandwidth": 1e12,
+            },
+            "links": {
+                "intra_node": {"bandwidth_per_device": intra[0], "latency": intra[1]},
+                "inter_node": {"bandwidth_per_node": inter[0], "latency": inter[1]},
+            },
+        }
+    )
 
 
 # -- one mesh axis ---------------------------------------------------------------------------------
-ONE_D = [("S(0)", "B", 3 / 4), ("P", "B", 3 / 2), ("P", "S(0)", 3 / 4), ("S(0)", "S(1)", 3 / 16),
-         ("B", "S(0)", 0), ("B", "P", 0), ("S(0)", "P", 3 / 4), ("P", "P", 0)]
+ONE_D = [
+    ("S(0)", "B", 3 / 4),
+    ("P", "B", 3 / 2),
+    ("P", "S(0)", 3 / 4),
+    ("S(0)", "S(1)", 3 / 16),
+    ("B", "S(0)", 0),
+    ("B", "P", 0),
+    ("S(0)", "P", 3 / 4),
+    ("P", "P", 0),
+]
 
 
 @pytest.mark.parametrize("src,dst,fraction", ONE_D)
@@ -49,39 +80,72 @@ def test_cpu_boxing_adds_padding_and_headers_per_message(src, dst, fraction):
     assert t.bytes == pytest.approx(fraction * T + messages * MESSAGE_OVERHEAD)
 
 
-@pytest.mark.parametrize("src,dst,n", [("S(0)", "B", 4), ("P", "B", 4), ("P", "S(0)", 4), ("S(0)", "S(1)", 4),
-                                       ("S(0)", "B", 2), ("P", "B", 2)])
+@pytest.mark.parametrize(
+    "src,dst,n",
+    [
+        ("S(0)", "B", 4),
+        ("P", "B", 4),
+        ("P", "S(0)", 4),
+        ("S(0)", "S(1)", 4),
+        ("S(0)", "B", 2),
+        ("P", "B", 2),
+    ],
+)
 def test_per_device_bytes_times_devices_equal_oneflow_native_formulas(src, dst, n):
-    """ONEFLOW_0.9_NOTES.md 3.2 (without the flat TC): S->B T(n-1), P->B 2T(n-1), P->S T(n-1), S->S T(n-1)/n."""
-    oneflow_total = {("S(0)", "B"): T * (n - 1), ("P", "B"): 2 * T * (n - 1), ("P", "S(0)"): T * (n - 1),
-                     ("S(0)", "S(1)"): T * (n - 1) / n}[(src, dst)]
+    """ONEFLOW_0.9_NOTES.md 3.2 (without the flat TC): S->B T(n-1), P->B 2T(n-1), P->S T(n-1), S->S
+    T(n-1)/n."""
+    oneflow_total = {
+        ("S(0)", "B"): T * (n - 1),
+        ("P", "B"): 2 * T * (n - 1),
+        ("P", "S(0)"): T * (n - 1),
+        ("S(0)", "S(1)"): T * (n - 1) / n,
+    }[(src, dst)]
     ours = nccl_axis_cost(parse_nd(src)[0], parse_nd(dst)[0], T, T / 4, n, Link(1e9, 0.0))
     assert ours.bytes * n == pytest.approx(oneflow_total)
 
 
-# -- n-D transitions on a 2 x 2 mesh, as measured on 4 CPU ranks (wchar) ------------------------------
+# -- n-D transitions on a 2 x 2 mesh, as measured on 4 CPU ranks (wchar)
+# ------------------------------
 MEASURED_2X2 = [
-    ("(S(0), B)", "(S(0), S(1))", 0), ("(B, B)", "(S(0), S(1))", 0), ("(S(0), S(1))", "(S(0), B)", 0.25),
-    ("(S(0), P)", "(S(0), S(0))", 0.25), ("(S(0), B)", "(S(1), B)", 0.25), ("(S(0), S(0))", "(S(0), S(1))", 0.125),
-    ("(S(0), B)", "(B, B)", 0.5), ("(P, S(1))", "(B, S(1))", 0.5), ("(S(0), P)", "(S(0), B)", 0.5),
-    ("(P, B)", "(B, B)", 1.0), ("(B, P)", "(B, B)", 1.0), ("(S(0), S(0))", "(B, B)", 0.75),
-    ("(P, P)", "(B, B)", 1.5), ("(S(0), S(0))", "(S(1), S(1))", 0.1875), ("(S(0), S(1))", "(B, B)", 0.75),
-    ("(S(0), B)", "(B, S(0))", 0.5), ("(P, B)", "(B, S(0))", 0.5), ("(P, P)", "(S(0), S(1))", 0.75),
-    ("(S(0), S(1))", "(S(1), S(0))", 0.4375), ("(P, S(0))", "(S(0), S(0))", 0.5625),
-    ("(P, S(1))", "(S(1), P)", 1.0), ("(S(0), S(1))", "(P, P)", 0.75),
+    ("(S(0), B)", "(S(0), S(1))", 0),
+    ("(B, B)", "(S(0), S(1))", 0),
+    ("(S(0), S(1))", "(S(0), B)", 0.25),
+    ("(S(0), P)", "(S(0), S(0))", 0.25),
+    ("(S(0), B)", "(S(1), B)", 0.25),
+    ("(S(0), S(0))", "(S(0), S(1))", 0.125),
+    ("(S(0), B)", "(B, B)", 0.5),
+    ("(P, S(1))", "(B, S(1))", 0.5),
+    ("(S(0), P)", "(S(0), B)", 0.5),
+    ("(P, B)", "(B, B)", 1.0),
+    ("(B, P)", "(B, B)", 1.0),
+    ("(S(0), S(0))", "(B, B)", 0.75),
+    ("(P, P)", "(B, B)", 1.5),
+    ("(S(0), S(0))", "(S(1), S(1))", 0.1875),
+    ("(S(0), S(1))", "(B, B)", 0.75),
+    ("(S(0), B)", "(B, S(0))", 0.5),
+    ("(P, B)", "(B, S(0))", 0.5),
+    ("(P, P)", "(S(0), S(1))", 0.75),
+    ("(S(0), S(1))", "(S(1), S(0))", 0.4375),
+    ("(P, S(0))", "(S(0), S(0))", 0.5625),
+    ("(P, S(1))", "(S(1), P)", 1.0),
+    ("(S(0), S(1))", "(P, P)", 0.75),
 ]
 
 
 @pytest.mark.parametrize("src,dst,fraction", MEASURED_2X2)
 def test_two_d_transitions_match_the_bytes_oneflow_moved(src, dst, fraction):
     model = CostModel(cluster(dpn=4), (2, 2))
-    assert model.transfer(parse_nd(src), parse_nd(dst), SHAPE, "float32").bytes == pytest.approx(fraction * T)
+    assert model.transfer(parse_nd(src), parse_nd(dst), SHAPE, "float32").bytes == pytest.approx(
+        fraction * T
+    )
 
 
 def test_two_d_middle_nodes_are_the_ones_oneflow_chose():
     model = CostModel(cluster(dpn=4), (2, 2))
     path = model.path(parse_nd("(S(0), S(1))"), parse_nd("(S(1), S(0))"), SHAPE, "float32")
-    assert path == [parse_nd(s) for s in ("(S(0), S(1))", "(S(0), S(0))", "(S(1), S(1))", "(S(1), S(0))")]
+    assert path == [
+        parse_nd(s) for s in ("(S(0), S(1))", "(S(0), S(0))", "(S(1), S(1))", "(S(1), S(0))")
+    ]
 
 
 def test_mesh_axes_cost_their_own_links():
@@ -115,19 +179,43 @@ def test_presets_load_and_state_their_sources():
     assert a100.devices_per_node == 8 and a100.inter.bandwidth == pytest.approx(25e9)
 
 
-@pytest.mark.parametrize("path,value,message", [
-    (("nodes",), None, "'nodes' is missing"), (("nodes",), -2, "'nodes' must be a whole number"),
-    (("links", "inter_node", "latency"), -1e-6, "'links.inter_node.latency' must be >= 0"),
-    (("device", "memory_bytes"), 0, "'device.memory_bytes' must be > 0"),
-    (("backend",), "mpi", "'backend' must be one of"),
-    (("device", "flops"), {"float16": 1e12}, "'device.flops.float32' is missing"),
-    (("device", "kernel_bandwidth"), {"softmax": 1e9}, "'device.kernel_bandwidth.softmax' is not a kernel kind"),
-    (("device", "kernel_bandwidth"), {"reduce": -1}, "'device.kernel_bandwidth.reduce' must be > 0"),
-    (("device", "op_overhead"), -1e-6, "'device.op_overhead' must be >= 0"),
-    (("device", "comm_overlap"), 1.5, "'device.comm_overlap' is a fraction of the boxing time, 0 to 1"),
-    (("links", "intra_node", "collectives"), {"broadcast": {}}, "'links.intra_node.collectives.broadcast' is not a "),
-    (("links", "intra_node", "collectives"), {"all_reduce": {"latency": 0.0}},
-     "'links.intra_node.collectives.all_reduce.bandwidth_per_device' is missing")])
+@pytest.mark.parametrize(
+    "path,value,message",
+    [
+        (("nodes",), None, "'nodes' is missing"),
+        (("nodes",), -2, "'nodes' must be a whole number"),
+        (("links", "inter_node", "latency"), -1e-6, "'links.inter_node.latency' must be >= 0"),
+        (("device", "memory_bytes"), 0, "'device.memory_bytes' must be > 0"),
+        (("backend",), "mpi", "'backend' must be one of"),
+        (("device", "flops"), {"float16": 1e12}, "'device.flops.float32' is missing"),
+        (
+            ("device", "kernel_bandwidth"),
+            {"softmax": 1e9},
+            "'device.kernel_bandwidth.softmax' is not a kernel kind",
+        ),
+        (
+            ("device", "kernel_bandwidth"),
+            {"reduce": -1},
+            "'device.kernel_bandwidth.reduce' must be > 0",
+        ),
+        (("device", "op_overhead"), -1e-6, "'device.op_overhead' must be >= 0"),
+        (
+            ("device", "comm_overlap"),
+            1.5,
+            "'device.comm_overlap' is a fraction of the boxing time, 0 to 1",
+        ),
+        (
+            ("links", "intra_node", "collectives"),
+            {"broadcast": {}},
+            "'links.intra_node.collectives.broadcast' is not a ",
+        ),
+        (
+            ("links", "intra_node", "collectives"),
+            {"all_reduce": {"latency": 0.0}},
+            "'links.intra_node.collectives.all_reduce.bandwidth_per_device' is missing",
+        ),
+    ],
+)
 def test_bad_cluster_fields_are_named(path, value, message):
     data = load_cluster("dgx-a100").to_json()
     node = data
@@ -144,14 +232,21 @@ def test_bad_cluster_fields_are_named(path, value, message):
 def test_a_collective_with_its_own_figures_is_costed_by_them():
     """On CPU OneFlow's boxing runs each collective at its own rate (calibrate measures them)."""
     data = cluster("oneflow-cpu", dpn=4, nodes=1, intra=(1e9, 1e-4)).to_json()
-    data["links"]["intra_node"]["collectives"] = {"all_reduce": {"bandwidth_per_device": 0.5e9, "latency": 3e-4}}
+    data["links"]["intra_node"]["collectives"] = {
+        "all_reduce": {"bandwidth_per_device": 0.5e9, "latency": 3e-4}
+    }
     c = cluster_from_json(data)
     assert cluster_from_json(c.to_json()) == c
     model = CostModel(c, (4,))
     sent = 3 * (T / 4 + MESSAGE_OVERHEAD)
-    gather, reduce = (model.transfer(parse_nd(a), parse_nd(b), SHAPE, "float32") for a, b in (("S(0)", "B"), ("P", "B")))
+    gather, reduce = (
+        model.transfer(parse_nd(a), parse_nd(b), SHAPE, "float32")
+        for a, b in (("S(0)", "B"), ("P", "B"))
+    )
     assert gather.time == pytest.approx(3 * 1e-4 + sent / 1e9)
-    assert reduce.bytes == pytest.approx(2 * sent) and reduce.time == pytest.approx(6 * 3e-4 + 2 * sent / 0.5e9)
+    assert reduce.bytes == pytest.approx(2 * sent) and reduce.time == pytest.approx(
+        6 * 3e-4 + 2 * sent / 0.5e9
+    )
 
 
 def test_unknown_preset_and_malformed_file(tmp_path):
@@ -183,7 +278,14 @@ def test_round_trip_through_json():
 def _matmul_kit(mesh=(4,)):
     kit = Kit(mesh)
     x, w = kit.input("x", (64, 256)), kit.variable("w", (1024, 256))
-    kit.op("mm", "matmul", {"a_0": x, "b_0": w}, {"out_0": (64, 1024)}, transpose_a=False, transpose_b=True)
+    kit.op(
+        "mm",
+        "matmul",
+        {"a_0": x, "b_0": w},
+        {"out_0": (64, 1024)},
+        transpose_a=False,
+        transpose_b=True,
+    )
     return kit.graph()
 
 
@@ -213,7 +315,8 @@ def _with_kernels(**bandwidth):
 
 
 def test_slow_kernel_kinds_run_at_their_own_bandwidth_plus_the_cost_per_op():
-    """OneFlow 0.9.0 on CPU: x * (n, 1) ~100x, bias_add over NCHW channels alike, below a plain pass."""
+    """OneFlow 0.9.0 on CPU: x * (n, 1) ~100x, bias_add over NCHW channels alike, below a plain
+    pass."""
     kit = Kit((2,))
     x, col, bias = kit.input("x", (64, 1024)), kit.input("col", (64, 1)), kit.input("b", (1024,))
     kit.op("inner", "broadcast_mul", {"x_0": x, "y_0": col}, {"z_0": (64, 1024)})
@@ -223,35 +326,67 @@ def test_slow_kernel_kinds_run_at_their_own_bandwidth_plus_the_cost_per_op():
     g = kit.graph()
     c = _with_kernels(inner_broadcast=1e9)
     split = Signature({"x_0": (S(0),), "y_0": (S(0),), "z_0": (S(0),)})
-    assert op_time(c, g, g.op("inner"), split) == pytest.approx(1e-4 + (2 * 32 * 1024 + 32) * 4 / 1e9)
+    assert op_time(c, g, g.op("inner"), split) == pytest.approx(
+        1e-4 + (2 * 32 * 1024 + 32) * 4 / 1e9
+    )
     by_row = Signature({"x_0": (S(0),), "y_0": (B,), "z_0": (S(0),)})
-    assert op_time(c, g, g.op("rows"), by_row) == pytest.approx(1e-4 + (2 * 32 * 1024 + 1024) * 4 / 1e12)
+    assert op_time(c, g, g.op("rows"), by_row) == pytest.approx(
+        1e-4 + (2 * 32 * 1024 + 1024) * 4 / 1e12
+    )
     nchw = Signature({"a_0": (S(0),), "b_0": (B,), "out_0": (S(0),)})
     assert op_time(c, g, g.op("nchw"), nchw) == pytest.approx(1e-4 + (2 * 4 * 256 + 16) * 4 / 1e9)
-    assert op_time(cluster(), g, g.op("inner"), split) == pytest.approx((2 * 32 * 1024 + 32) * 4 / 1e12)
+    assert op_time(cluster(), g, g.op("inner"), split) == pytest.approx(
+        (2 * 32 * 1024 + 32) * 4 / 1e12
+    )
 
 
 def test_a_one_element_operand_is_a_fill_not_an_inner_broadcast():
-    """A sum's gradient spread over its input (broadcast_like of a scalar) runs at the plain rate."""
+    """A sum's gradient spread over its input (broadcast_like of a scalar) runs at the plain
+    rate."""
     kit = Kit((2,))
     dy, x = kit.input("dy", ()), kit.input("x", (64, 1024))
-    kit.op("fill", "broadcast_like", {"x_0": dy, "like_0": x}, {"y_0": (64, 1024)}, broadcast_axes=[0, 1])
+    kit.op(
+        "fill",
+        "broadcast_like",
+        {"x_0": dy, "like_0": x},
+        {"y_0": (64, 1024)},
+        broadcast_axes=[0, 1],
+    )
     g = kit.graph()
     sig = Signature({"x_0": (B,), "like_0": (S(0),), "y_0": (S(0),)})
     assert op_time(_with_kernels(inner_broadcast=1e9), g, g.op("fill"), sig) == pytest.approx(
-        1e-4 + 2 * 32 * 1024 * 4 / 1e12 + 4 / 1e12)
+        1e-4 + 2 * 32 * 1024 * 4 / 1e12 + 4 / 1e12
+    )
 
 
-@pytest.mark.parametrize("axes,kind", [([2], None), ([1, 2], None), ([0, 1], "reduce"), ([0], "reduce"),
-                                       ([0, 2], "reduce"), ([0, 1, 2], None)])
+@pytest.mark.parametrize(
+    "axes,kind",
+    [
+        ([2], None),
+        ([1, 2], None),
+        ([0, 1], "reduce"),
+        ([0], "reduce"),
+        ([0, 2], "reduce"),
+        ([0, 1, 2], None),
+    ],
+)
 def test_a_reduction_is_slow_only_across_a_kept_axis(axes, kind):
-    """OneFlow 0.9.0 on CPU: x - x.sum(-1) costs what x - (n, 1) does; x.sum(0) strides ~10x slower."""
+    """OneFlow 0.9.0 on CPU: x - x.sum(-1) costs what x - (n, 1) does; x.sum(0) strides ~10x
+    slower."""
     kit = Kit((2,))
     x = kit.input("x", (8, 16, 32))
     out = tuple(1 if i in axes else d for i, d in enumerate((8, 16, 32)))
-    kit.op("r", "reduce_sum", {"input_tensor_0": x}, {"output_tensor_0": out}, axis=axes, keepdims=True)
+    kit.op(
+        "r", "reduce_sum", {"input_tensor_0": x}, {"output_tensor_0": out}, axis=axes, keepdims=True
+    )
     kit.op("v", "var", {"input_0": x}, {"output_0": out}, dim=axes, keepdim=True, unbiased=False)
-    kit.op("rl", "reduce_sum_like", {"x_0": x, "like_0": kit.input("like", out)}, {"y_0": out}, axis=axes)
+    kit.op(
+        "rl",
+        "reduce_sum_like",
+        {"x_0": x, "like_0": kit.input("like", out)},
+        {"y_0": out},
+        axis=axes,
+    )
     g = kit.graph()
     for name in ("r", "v", "rl"):
         op = g.op(name)
@@ -259,11 +394,17 @@ def test_a_reduction_is_slow_only_across_a_kept_axis(axes, kind):
 
 
 def test_optimizer_updates_run_at_their_own_kind_and_variables_move_nothing():
-    """On CPU ranks Adam's update took ~25 ns an element against ~2 for a plain pass over its bytes."""
+    """On CPU ranks Adam's update took ~25 ns an element against ~2 for a plain pass over its
+    bytes."""
     kit = Kit((2,))
     w, g_ = kit.variable("w", (1024, 256)), kit.input("dw", (1024, 256))
     m, v, lr = kit.variable("m", (1024, 256)), kit.variable("v", (1024, 256)), kit.input("lr", (1,))
-    kit.op("upd", "adam_update", {"model_0": w, "model_diff_0": g_, "m_0": m, "v_0": v, "learning_rate_0": lr}, {})
+    kit.op(
+        "upd",
+        "adam_update",
+        {"model_0": w, "model_diff_0": g_, "m_0": m, "v_0": v, "learning_rate_0": lr},
+        {},
+    )
     g = kit.graph()
     c = _with_kernels(adam_update=1e9)
     sig = Signature({bn: (S(0),) if bn != "learning_rate_0" else (B,) for bn in g.op("upd").bns})
@@ -277,7 +418,8 @@ def test_variable_memory_is_its_shard():
     assert op_memory(g, g.op("w"), Signature({"out": (B,)})) == 1024 * 256 * 4
 
 
-# -- a step: compute and boxing overlapped -----------------------------------------------------------
+# -- a step: compute and boxing overlapped
+# -----------------------------------------------------------
 def _two_layers():
     """x -> a -> b -> loss, then da and db (the gradients) each boxed to its update op."""
     k = Kit((4,))
@@ -299,7 +441,9 @@ def test_gradient_boxing_overlaps_the_backward_as_far_as_the_cluster_lets_it(ove
     to 3.5, da 3.5-4.5, its boxing 4.5-5.5 (compute to 5), ub 5-6, ua 6-7."""
     graph, db, da = _two_layers()
     compute = {name: 1.0 for name in graph.ops if name != "x"}
-    s = Scheduler(graph).run(compute, {db: (1.0, 0.0, {"ub"}), da: (1.0, 0.0, {"ua"})}, overlap, concurrent=True)
+    s = Scheduler(graph).run(
+        compute, {db: (1.0, 0.0, {"ub"}), da: (1.0, 0.0, {"ua"})}, overlap, concurrent=True
+    )
     assert s.step_time == pytest.approx(step)
     assert s.exposed_comm_time == pytest.approx(step - 6)
 
@@ -311,10 +455,22 @@ def test_latency_holds_no_stream():
     graph, db, da = _two_layers()
     compute = {name: 1.0 for name in graph.ops if name != "x"}
     run = Scheduler(graph).run
-    assert run(compute, {db: (1.0, 1.0, {"ub"}), da: (1.0, 1.0, {"ua"})}, 0.0, concurrent=True).step_time == 6.0
-    # half latency: db's bytes take the compute 3-3.5, da 3.5-4.5, its bytes 4.5-5, ub 5-6, ua (boxed by 5.5) 6-7
-    assert run(compute, {db: (1.0, 0.5, {"ub"}), da: (1.0, 0.5, {"ua"})}, 0.0, concurrent=True).step_time == 7.0
-    # 2 s of latency each: at once, db's 3-5 and da's 4-6 (ub 5-6, ua 6-7); queued (NCCL), da's 5-7 (ua 7-8)
+    assert (
+        run(
+            compute, {db: (1.0, 1.0, {"ub"}), da: (1.0, 1.0, {"ua"})}, 0.0, concurrent=True
+        ).step_time
+        == 6.0
+    )
+    # half latency: db's bytes take the compute 3-3.5, da 3.5-4.5, its bytes 4.5-5, ub 5-6, ua
+    # (boxed by 5.5) 6-7
+    assert (
+        run(
+            compute, {db: (1.0, 0.5, {"ub"}), da: (1.0, 0.5, {"ua"})}, 0.0, concurrent=True
+        ).step_time
+        == 7.0
+    )
+    # 2 s of latency each: at once, db's 3-5 and da's 4-6 (ub 5-6, ua 6-7); queued (NCCL), da's 5-7
+    # (ua 7-8)
     slow = {db: (2.0, 2.0, {"ub"}), da: (2.0, 2.0, {"ua"})}
     assert run(compute, slow, 0.0, concurrent=True).step_time == 7.0
     assert run(compute, slow, 0.0, concurrent=False).step_time == 8.0
@@ -330,8 +486,14 @@ def test_the_step_time_a_plan_reports_is_the_overlapped_one():
     for overlap in (0.0, 1.0):
         data["device"]["comm_overlap"] = overlap
         problem = Problem(graph, CostModel(cluster_from_json(data), (4,)))
-        steps[overlap] = [problem.evaluate(list(x)) for x in itertools.product(*map(range, problem.domain))]
-    assert len(steps[0.0]) > 8 and all(b.step_time == pytest.approx(b.serial_time) for b in steps[0.0])
+        steps[overlap] = [
+            problem.evaluate(list(x)) for x in itertools.product(*map(range, problem.domain))
+        ]
+    assert len(steps[0.0]) > 8 and all(
+        b.step_time == pytest.approx(b.serial_time) for b in steps[0.0]
+    )
     boxed = [b for b in steps[1.0] if b.comm_time > 0]
     assert all(b.step_time <= b.serial_time * (1 + 1e-12) for b in boxed)
-    assert any(b.step_time < 0.9 * b.serial_time for b in boxed)  # a boxing some later compute hides
+    assert any(
+        b.step_time < 0.9 * b.serial_time for b in boxed
+    )  # a boxing some later compute hides

@@ -1,18 +1,35 @@
 """The GPT and VGG examples run end to end on 2 ranks and write the JSON README describes."""
+
 import json
 
 import pytest
 
-TINY = {"gpt": ["--layers", "2", "--hidden", "32", "--heads", "4", "--seq-len", "8", "--vocab", "64",
-                "--batch-size", "4"],
-        "vgg": ["--depth", "11", "--width-mult", "0.125", "--image-size", "32", "--batch-size", "4"]}
+TINY = {
+    "gpt": [
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--seq-len",
+        "8",
+        "--vocab",
+        "64",
+        "--batch-size",
+        "4",
+    ],
+    "vgg": ["--depth", "11", "--width-mult", "0.125", "--image-size", "32", "--batch-size", "4"],
+}
 
 
 @pytest.fixture(scope="module")
 def runs(ranks, tmp_path_factory):
     d = tmp_path_factory.mktemp("examples")
-    examples = [(name, argv + ["--steps", "3", "--quiet", "--json", str(d / f"{name}.json")])
-                for name, argv in TINY.items()]
+    examples = [
+        (name, argv + ["--steps", "3", "--quiet", "--json", str(d / f"{name}.json")])
+        for name, argv in TINY.items()
+    ]
     ranks("rank_examples:run", 2, timeout=600, examples=examples)
     return {name: json.loads((d / f"{name}.json").read_text()) for name in TINY}
 
@@ -23,7 +40,16 @@ def test_example_json(runs, name):
     out = runs[name]
     assert len(out["losses"]) == 3 and len(out["step_times_s"]) == 3
     plan = out["plan"]
-    for key in ("mesh", "cluster", "ops", "variables", "unplanned_ops", "predicted", "baselines", "search_time_s"):
+    for key in (
+        "mesh",
+        "cluster",
+        "ops",
+        "variables",
+        "unplanned_ops",
+        "predicted",
+        "baselines",
+        "search_time_s",
+    ):
         assert key in plan, key
     assert plan["mesh"] == "2" and plan["cluster"] == "cpu-local"
     for key in ("step_time_s", "bytes_per_device", "memory_per_device"):

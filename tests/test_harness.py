@@ -1,6 +1,6 @@
 """The rank harness: results per rank, a failing rank's stderr, timeouts that kill every child."""
-import pytest
 
+import pytest
 from ranks import RankFailure, alive_groups
 
 

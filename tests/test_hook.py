@@ -1,10 +1,15 @@
 """graph.config.enable_auto_parallel(True) on real ranks: same losses as data parallel, the plan
 compiled as planned, fallbacks that name the op, OneFlow's planner on request."""
+
 import numpy as np
 import pytest
 
-CASES = [["gpt", "sgd", "autoddl"], ["gpt", "adam", "autoddl"], ["vgg", "sgd", "autoddl"],
-         ["vgg", "adam", "autoddl"]]
+CASES = [
+    ["gpt", "sgd", "autoddl"],
+    ["gpt", "adam", "autoddl"],
+    ["vgg", "sgd", "autoddl"],
+    ["vgg", "adam", "autoddl"],
+]
 NATIVE = [["gpt", "adam", "native"]]  # OneFlow's own pass, once: it is OneFlow's to test
 # on 2 x 2 the GPT with SGD and Adam and VGG with SGD; VGG with Adam on 2 ranks only (this module
 # is the suite's longest, ~30 s a 2 x 2 case here)
@@ -61,7 +66,8 @@ def fallbacks(ranks):
 @pytest.mark.ranks
 @pytest.mark.parametrize("who", ["ours", "oneflow"])
 def test_invalid_saved_plan_falls_back_naming_the_op(fallbacks, who):
-    """Refused by our check, or (check bypassed) rejected by OneFlow: OneFlow's own inference runs."""
+    """Refused by our check, or (check bypassed) rejected by OneFlow: OneFlow's own inference
+    runs."""
     r = fallbacks[who]
     assert r["victim"] in r["fallback"]
     assert any(r["victim"] in w for w in fallbacks["warnings"])
@@ -79,4 +85,6 @@ def test_train_and_eval_graphs_share_one_module(fallbacks):
     for plan in ("autoddl", "zero"):
         assert shared[plan]["eval_plan"], plan
         for key in ("train", "eval", "train_after"):
-            np.testing.assert_allclose(shared[plan][key], dp[key], rtol=1e-4, err_msg=f"{plan} {key}")
+            np.testing.assert_allclose(
+                shared[plan][key], dp[key], rtol=1e-4, err_msg=f"{plan} {key}"
+            )

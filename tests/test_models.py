@@ -1,4 +1,6 @@
-"""Model builders: GPT-3 175B and VGG16 without OneFlow, equal op for op to live traces on 2 ranks."""
+"""Model builders: GPT-3 175B and VGG16 without OneFlow, equal op for op to live traces on 2
+ranks."""
+
 import base64
 import json
 import os
@@ -27,8 +29,8 @@ start = time.perf_counter()
 gpt = build_gpt(96, 12288, 96, 2048, 50257, 1536, mesh=(128, 8))
 seconds = time.perf_counter() - start
 vgg = build_vgg(16, 1.0, 224, 1000, 256, mesh=(8,))
-print(json.dumps({"gpt": len(gpt), "vgg": len(vgg), "seconds": seconds,
-                  "oneflow": sorted(m for m in sys.modules if m.split(".")[0] == "oneflow" and sys.modules[m])}))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "oneflow" and sys.modules[m])
+print(json.dumps({"gpt": len(gpt), "vgg": len(vgg), "seconds": seconds, "oneflow": loaded}))
 """
 
 
@@ -38,8 +40,14 @@ def gpt3():
 
 
 def test_builders_need_no_oneflow_and_are_fast():
-    out = subprocess.run([sys.executable, "-c", PLANNER_ONLY], capture_output=True, text=True, cwd=ROOT,
-                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", PLANNER_ONLY],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["oneflow"] == []
@@ -54,27 +62,42 @@ def test_gpt3_175b_shapes_names_placements(gpt3):
     assert shape("model.wte.weight", "out") == (50257, 12288)
     assert shape("model.h.95.mlp.fc.weight", "out") == (4 * 12288, 12288)
     assert shape("model.h.95.mlp.fc.weight-m", "out") == (4 * 12288, 12288)
-    scores = [op for op in gpt3.ops.values() if op.type == "batch_matmul" and op.scope == "model.h.5.attn"]
+    scores = [
+        op for op in gpt3.ops.values() if op.type == "batch_matmul" and op.scope == "model.h.5.attn"
+    ]
     assert gpt3.shape(scores[0], "out_0") == (1536, 96, 2048, 2048)
-    logits = [op for op in gpt3.ops.values() if op.type == "broadcast_matmul" and op.scope == "model"][0]
+    logits = [
+        op for op in gpt3.ops.values() if op.type == "broadcast_matmul" and op.scope == "model"
+    ][0]
     assert gpt3.shape(logits, "out_0") == (1536, 2048, 50257)
-    reshape = [op for op in gpt3.ops.values() if op.type == "reshape" and op.scope == "model.h.7.attn"][0]
+    reshape = [
+        op for op in gpt3.ops.values() if op.type == "reshape" and op.scope == "model.h.7.attn"
+    ][0]
     assert reshape.attrs["shape"] == (1536, 2048, 96, 128)
-    params = sum(gpt3.tensor(op.outputs["out"]).numel for op in gpt3.by_role("variable")
-                 if not op.name.endswith(("-m", "-v", "causal_mask")))
+    params = sum(
+        gpt3.tensor(op.outputs["out"]).numel
+        for op in gpt3.by_role("variable")
+        if not op.name.endswith(("-m", "-v", "causal_mask"))
+    )
     h, layers = 12288, 96
-    assert params == layers * (12 * h * h + 13 * h) + (50257 + 2048) * h + 2 * h  # 174.6e9 (+ 0.4e9 masks)
+    assert (
+        params == layers * (12 * h * h + 13 * h) + (50257 + 2048) * h + 2 * h
+    )  # 174.6e9 (+ 0.4e9 masks)
     assert gpt3.op("model.h.95.attn.q.weight_optimizer").type == "adam_update"
     assert any(re.fullmatch(r"model\.h\.5\.attn-batch_matmul-\d+", name) for name in gpt3.ops)
     for op in gpt3.ops.values():
         # inputs arrive data parallel: the batch of 1536 splits over mesh axis 0, not then over 8
-        assert op.native == (Signature({"out": (S(0), B)}) if op.type == "input_conf" else None), op.name
+        assert op.native == (Signature({"out": (S(0), B)}) if op.type == "input_conf" else None), (
+            op.name
+        )
         if not op.name.endswith(("-m", "-v")):
             assert op.scope == module_scope(op.name), op.name
     main = Placement("cuda", tuple(range(1024)), (128, 8))
     single = [op.name for op in gpt3.ops.values() if op.placement != main]
     assert all(gpt3.op(n).placement == Placement("cuda", (0,), (1,)) for n in single)
-    assert len(single) == 7 and all(n.startswith("System-") or "bias_correction" in n for n in single)
+    assert len(single) == 7 and all(
+        n.startswith("System-") or "bias_correction" in n for n in single
+    )
     assert gpt3.op("model.wte.weight").attrs["nd_sbp"] == ["B", "B"]
 
 
@@ -120,23 +143,29 @@ def test_vgg16_shapes():
     convs = [op for op in g.ops.values() if op.type == "conv2d"]
     assert [op.attrs["filters"] for op in convs] == [64, 64, 128, 128, 256, 256, 256] + [512] * 6
     assert g.shape(convs[-1], "out_0") == (256, 512, 14, 14)
-    params = sum(g.tensor(op.outputs["out"]).numel for op in g.by_role("variable")
-                 if op.name.startswith("model.") and not op.name.endswith("-momentum"))
+    params = sum(
+        g.tensor(op.outputs["out"]).numel
+        for op in g.by_role("variable")
+        if op.name.startswith("model.") and not op.name.endswith("-momentum")
+    )
     assert params == 138357544  # VGG16 on ImageNet
     assert build("vgg16", (8,)).op_types() == g.op_types()
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda: build_gpt(4, 100, 3, 8, 10, 4, (2,)), "multiple of heads"),
-    (lambda: build_gpt(1, 96, 4, 8, 10, 4, (2,)), "layers must be >= 2"),
-    (lambda: build_gpt(4, 96, 4, 8, 10, 4, (2,), device="tpu"), "device"),
-    (lambda: build_gpt(4, 96, 4, 8, 10, 4, (2, 2), ranks=[0, 1]), "4 devices"),
-    (lambda: build_vgg(16, 1.0, 16, 10, 4, (2,)), "too small for 5 max-pools"),
-    (lambda: build_vgg(16, 1.0, 100, 10, 4, (2,)), "multiple of 32"),
-    (lambda: build_vgg(15, 1.0, 32, 10, 4, (2,)), "depth must be one of"),
-    (lambda: build_vgg(16, 0.1, 32, 10, 4, (2,)), "multiples 1, 2, 4, 8, 64"),
-    (lambda: build("gpt4", (2,)), "unknown model"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: build_gpt(4, 100, 3, 8, 10, 4, (2,)), "multiple of heads"),
+        (lambda: build_gpt(1, 96, 4, 8, 10, 4, (2,)), "layers must be >= 2"),
+        (lambda: build_gpt(4, 96, 4, 8, 10, 4, (2,), device="tpu"), "device"),
+        (lambda: build_gpt(4, 96, 4, 8, 10, 4, (2, 2), ranks=[0, 1]), "4 devices"),
+        (lambda: build_vgg(16, 1.0, 16, 10, 4, (2,)), "too small for 5 max-pools"),
+        (lambda: build_vgg(16, 1.0, 100, 10, 4, (2,)), "multiple of 32"),
+        (lambda: build_vgg(15, 1.0, 32, 10, 4, (2,)), "depth must be one of"),
+        (lambda: build_vgg(16, 0.1, 32, 10, 4, (2,)), "multiples 1, 2, 4, 8, 64"),
+        (lambda: build("gpt4", (2,)), "unknown model"),
+    ],
+)
 def test_bad_sizes_are_value_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -148,26 +177,46 @@ def _ops(graph: Graph):
     position = {name: i for i, name in enumerate(graph.ops)}
     out = []
     for op in graph.ops.values():
-        wiring = [(ibn, position[graph.tensor(lbn).producer], graph.tensor(lbn).obn) for ibn, lbn in op.inputs.items()]
-        outputs = [(obn, graph.tensor(lbn).shape, graph.tensor(lbn).dtype) for obn, lbn in op.outputs.items()]
-        out.append((op.type, op.role, op.scope, wiring, outputs, op.placement.hierarchy, op.placement.ranks))
+        wiring = [
+            (ibn, position[graph.tensor(lbn).producer], graph.tensor(lbn).obn)
+            for ibn, lbn in op.inputs.items()
+        ]
+        outputs = [
+            (obn, graph.tensor(lbn).shape, graph.tensor(lbn).dtype)
+            for obn, lbn in op.outputs.items()
+        ]
+        out.append(
+            (
+                op.type,
+                op.role,
+                op.scope,
+                wiring,
+                outputs,
+                op.placement.hierarchy,
+                op.placement.ranks,
+            )
+        )
     return out
 
 
 def _compare(built: Graph, live: Graph):
     assert len(built) == len(live)
-    for i, (b, t, x, y) in enumerate(zip(built.ops.values(), live.ops.values(), _ops(built), _ops(live))):
+    for i, (b, t, x, y) in enumerate(
+        zip(built.ops.values(), live.ops.values(), _ops(built), _ops(live))
+    ):
         assert x == y, f"op {i}: built {b.name} {x}\n traced {t.name} {y}"
         # names and attrs too, but for the scheduler's process-wide number and the float
         # operands of scalar_mul (1/sqrt(head_dim), 1/hidden), which templates keep as traced
         assert SCHEDULER.sub("Scheduler", b.name) == SCHEDULER.sub("Scheduler", t.name)
         skip = ("float_operand",) if b.type == "scalar_mul" else ()
-        assert {k: v for k, v in b.attrs.items() if k not in skip} == \
-               {k: v for k, v in t.attrs.items() if k not in skip}, f"op {i} {t.name} attrs"
+        assert {k: v for k, v in b.attrs.items() if k not in skip} == {
+            k: v for k, v in t.attrs.items() if k not in skip
+        }, f"op {i} {t.name} attrs"
 
 
 def _live(ranks, target, **kwargs) -> Graph:
     from oneflow_autoddl.adapter.job import read_job
+
     out = ranks(target, 2, mesh="2", **kwargs)
     return read_job(base64.b64decode(out[0]["job"]))
 
@@ -175,10 +224,14 @@ def _live(ranks, target, **kwargs) -> Graph:
 @pytest.mark.ranks
 def test_gpt_equals_a_live_trace_on_two_ranks(ranks):
     sizes = dict(layers=2, hidden=32, heads=4, seq_len=8, vocab=64, batch=4)
-    _compare(build_gpt(**sizes, mesh=(2,), device="cpu"), _live(ranks, "rank_trace:trace_gpt", **sizes))
+    _compare(
+        build_gpt(**sizes, mesh=(2,), device="cpu"), _live(ranks, "rank_trace:trace_gpt", **sizes)
+    )
 
 
 @pytest.mark.ranks
 def test_vgg_equals_a_live_trace_on_two_ranks(ranks):
     sizes = dict(depth=16, width_mult=0.125, image_size=32, num_classes=10, batch=4)
-    _compare(build_vgg(**sizes, mesh=(2,), device="cpu"), _live(ranks, "rank_trace:trace_vgg", **sizes))
+    _compare(
+        build_vgg(**sizes, mesh=(2,), device="cpu"), _live(ranks, "rank_trace:trace_vgg", **sizes)
+    )

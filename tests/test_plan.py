@@ -1,9 +1,10 @@
 """The Plan: JSON round trip, reuse refused with the first difference, readable tables."""
+
 import json
 
 import pytest
-
 from irkit import Kit
+
 from oneflow_autoddl.plan import Plan, PlanMismatch
 from oneflow_autoddl.planner import describe, plan
 from oneflow_autoddl.report import comparison_table, summary
@@ -12,7 +13,9 @@ from oneflow_autoddl.report import comparison_table, summary
 def mlp(width=64, mesh=(2,)):
     kit = Kit(mesh)
     x = kit.input("x", (16, 32))
-    kit.output("out", kit.linear("m.fc2", kit.unary("m.act", "relu", kit.linear("m.fc1", x, width)), 8))
+    kit.output(
+        "out", kit.linear("m.fc2", kit.unary("m.act", "relu", kit.linear("m.fc1", x, width)), 8)
+    )
     return kit.graph()
 
 
@@ -23,7 +26,16 @@ def test_json_round_trips(tmp_path):
     p.save(str(tmp_path / "p.json"))
     assert Plan.load(str(tmp_path / "p.json")).signatures() == p.signatures()
     data = p.to_json()
-    for key in ("mesh", "cluster", "ops", "variables", "unplanned_ops", "predicted", "baselines", "search_time_s"):
+    for key in (
+        "mesh",
+        "cluster",
+        "ops",
+        "variables",
+        "unplanned_ops",
+        "predicted",
+        "baselines",
+        "search_time_s",
+    ):
         assert key in data
     assert set(data["predicted"]) >= {"step_time_s", "bytes_per_device", "memory_per_device"}
     assert "data_parallel" in data["baselines"]

@@ -1,7 +1,8 @@
 """Op rules against OneFlow 0.9.0's GetSbp lists, and the n-D candidates built from them."""
-import pytest
 
+import pytest
 from irkit import Kit
+
 from oneflow_autoddl.rules import candidates, get_rule, has_rule, one_d_candidates, same_sbp_inputs
 from oneflow_autoddl.rules.shape import reshape_split_pairs
 from oneflow_autoddl.sbp import S
@@ -15,17 +16,35 @@ def _one_d(kit, name, h=2):
 def test_matmul_lists_oneflow_order_with_all_b_last():
     kit = Kit()
     a, b = kit.input("a", (64, 256)), kit.variable("w", (256, 1024))
-    kit.op("mm", "matmul", {"a_0": a, "b_0": b}, {"out_0": (64, 1024)}, transpose_a=False, transpose_b=False)
+    kit.op(
+        "mm",
+        "matmul",
+        {"a_0": a, "b_0": b},
+        {"out_0": (64, 1024)},
+        transpose_a=False,
+        transpose_b=False,
+    )
     assert _one_d(kit, "mm") == [
-        {"a_0": "S(0)", "b_0": "B", "out_0": "S(0)"}, {"a_0": "B", "b_0": "S(1)", "out_0": "S(1)"},
-        {"a_0": "S(1)", "b_0": "S(0)", "out_0": "P"}, {"a_0": "P", "b_0": "B", "out_0": "P"},
-        {"a_0": "B", "b_0": "P", "out_0": "P"}, {"a_0": "B", "b_0": "B", "out_0": "B"}]
+        {"a_0": "S(0)", "b_0": "B", "out_0": "S(0)"},
+        {"a_0": "B", "b_0": "S(1)", "out_0": "S(1)"},
+        {"a_0": "S(1)", "b_0": "S(0)", "out_0": "P"},
+        {"a_0": "P", "b_0": "B", "out_0": "P"},
+        {"a_0": "B", "b_0": "P", "out_0": "P"},
+        {"a_0": "B", "b_0": "B", "out_0": "B"},
+    ]
 
 
 def test_matmul_transpose_flags_move_the_axes():
     kit = Kit()
     a, b = kit.input("a", (256, 64)), kit.variable("w", (1024, 256))
-    kit.op("mm", "matmul", {"a_0": a, "b_0": b}, {"out_0": (64, 1024)}, transpose_a=True, transpose_b=True)
+    kit.op(
+        "mm",
+        "matmul",
+        {"a_0": a, "b_0": b},
+        {"out_0": (64, 1024)},
+        transpose_a=True,
+        transpose_b=True,
+    )
     sigs = _one_d(kit, "mm")
     assert sigs[0] == {"a_0": "S(1)", "b_0": "B", "out_0": "S(0)"}
     assert sigs[1] == {"a_0": "B", "b_0": "S(0)", "out_0": "S(1)"}
@@ -72,17 +91,32 @@ def test_n_d_candidates_are_the_filtered_product():
     kit.op("r", "relu", {"x_0": x}, {"y_0": (8, 6)})
     g = kit.graph()
     sigs = candidates(g, g.op("r"))
-    # per axis: S(0), S(1), B; S(1) on the 4-axis does not divide 6, S(0) then S(0) leaves 4 / 4 = 1.
+    # per axis: S(0), S(1), B; S(1) on the 4-axis does not divide 6, S(0) then S(0) leaves 4 / 4 =
+    # 1.
     assert all(s["x_0"] == s["y_0"] for s in sigs)
     assert {(str(s["x_0"][0]), str(s["x_0"][1])) for s in sigs} == {
-        ("S(0)", "S(0)"), ("S(0)", "B"), ("S(1)", "S(0)"), ("S(1)", "B"), ("B", "S(0)"), ("B", "B")}
+        ("S(0)", "S(0)"),
+        ("S(0)", "B"),
+        ("S(1)", "S(0)"),
+        ("S(1)", "B"),
+        ("B", "S(0)"),
+        ("B", "B"),
+    }
 
 
 def test_n_d_candidates_drop_later_twins_with_the_same_inputs():
-    """n-D inference picks the first candidate matching a conf's inputs; twins would be silently replaced."""
+    """n-D inference picks the first candidate matching a conf's inputs; twins would be silently
+    replaced."""
     kit = Kit(mesh=(2, 2))
     x = kit.input("x", (8, 8, 8))
-    kit.op("rs", "reduce_sum", {"input_tensor_0": x}, {"output_tensor_0": (8, 8, 1)}, axis=[2], keepdims=True)
+    kit.op(
+        "rs",
+        "reduce_sum",
+        {"input_tensor_0": x},
+        {"output_tensor_0": (8, 8, 1)},
+        axis=[2],
+        keepdims=True,
+    )
     g = kit.graph()
     sigs = candidates(g, g.op("rs"))
     inputs = [s["input_tensor_0"] for s in sigs]
@@ -102,9 +136,13 @@ def test_optimizer_state_and_like_inputs_keep_their_producer_sbp():
 def test_conv_splits_only_the_batch():
     kit = Kit()
     x, w = kit.input("x", (8, 3, 32, 32)), kit.variable("w", (16, 3, 3, 3))
-    kit.op("c", "conv2d", {"in_0": x, "weight_0": w}, {"out_0": (8, 16, 32, 32)}, kernel_size=[3, 3])
-    assert _one_d(kit, "c") == [{"in_0": "S(0)", "weight_0": "B", "out_0": "S(0)"},
-                                {"in_0": "B", "weight_0": "B", "out_0": "B"}]
+    kit.op(
+        "c", "conv2d", {"in_0": x, "weight_0": w}, {"out_0": (8, 16, 32, 32)}, kernel_size=[3, 3]
+    )
+    assert _one_d(kit, "c") == [
+        {"in_0": "S(0)", "weight_0": "B", "out_0": "S(0)"},
+        {"in_0": "B", "weight_0": "B", "out_0": "B"},
+    ]
 
 
 def test_unknown_types_have_no_rule():

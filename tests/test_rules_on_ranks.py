@@ -4,6 +4,7 @@ Each round writes a fresh candidate (an untried one where there is one) into eve
 a traced training Job and compiles it; OneFlow must accept every signature and the
 compiled Job must hold it. More rounds: benchmarks/rule_acceptance.py.
 """
+
 import base64
 
 import pytest
@@ -18,7 +19,9 @@ RUNS = {"1-D": ("2", 2, MODELS, 2), "2x2": ("2x2", 4, ["gpt", "vgg"], 1)}
 @pytest.fixture(scope="module", params=list(RUNS))
 def accepted(request, ranks):
     mesh, nproc, models, rounds = RUNS[request.param]
-    return mesh, ranks("rank_acceptance:accept_all", nproc, timeout=900, models=models, mesh=mesh, rounds=rounds)[0]
+    return mesh, ranks(
+        "rank_acceptance:accept_all", nproc, timeout=900, models=models, mesh=mesh, rounds=rounds
+    )[0]
 
 
 @pytest.mark.ranks
@@ -27,8 +30,11 @@ def test_oneflow_compiles_every_candidate_as_written(accepted):
     for model, r in out.items():
         tried = sum(t for t, _ in r["types"].values())
         total = sum(n for _, n in r["types"].values())
-        print(f"\n{model} on {mesh}: {r['signatures']} op signatures compiled in {r['rounds']} Jobs; "
-              f"{tried} distinct (type, signature) patterns tried of the {total} the rules give these shapes")
+        print(
+            f"\n{model} on {mesh}: {r['signatures']} op signatures compiled in {r['rounds']} Jobs; "
+            f"{tried} distinct (type, signature) patterns tried of the {total} the rules give "
+            "these shapes"
+        )
         assert r["rejected"] == [], model
         assert r["mismatched"] == [], model
 
@@ -36,6 +42,7 @@ def test_oneflow_compiles_every_candidate_as_written(accepted):
 @pytest.mark.ranks
 def test_ir_has_every_op_and_shape_of_the_job(accepted):
     from oneflow.core.job import job_pb2
+
     for model, r in accepted[1].items():
         job = job_pb2.Job()
         job.ParseFromString(base64.b64decode(r["job"]))

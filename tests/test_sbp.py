@@ -1,15 +1,38 @@
 """SBP algebra: parse and format in OneFlow's notation, local shapes, signatures."""
+
 import subprocess
 import sys
 
 import pytest
 
-from oneflow_autoddl.sbp import (B, P, S, Signature, evenly_split, format_nd, format_signature, local_shape,
-                                 parse_nd, parse_sbp, parse_signature, product_signature)
+from oneflow_autoddl.sbp import (
+    B,
+    P,
+    S,
+    Signature,
+    evenly_split,
+    format_nd,
+    format_signature,
+    local_shape,
+    parse_nd,
+    parse_sbp,
+    parse_signature,
+    product_signature,
+)
 
 
-@pytest.mark.parametrize("text,value", [("S(0)", S(0)), ("S( 3 )", S(3)), ("B", B), ("P", P),
-                                        ("split(dim=1)", S(1)), ("broadcast", B), ("partial_sum", P)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("S(0)", S(0)),
+        ("S( 3 )", S(3)),
+        ("B", B),
+        ("P", P),
+        ("split(dim=1)", S(1)),
+        ("broadcast", B),
+        ("partial_sum", P),
+    ],
+)
 def test_parse_one(text, value):
     assert parse_sbp(text) == value
 
@@ -18,7 +41,11 @@ def test_parse_one(text, value):
 def test_parse_rejects_with_the_text(bad):
     with pytest.raises(ValueError) as err:
         parse_nd(bad)
-    assert repr(bad.strip()) in str(err.value) or "not an SBP" in str(err.value) or "empty" in str(err.value)
+    assert (
+        repr(bad.strip()) in str(err.value)
+        or "not an SBP" in str(err.value)
+        or "empty" in str(err.value)
+    )
 
 
 @pytest.mark.parametrize("nd", [(S(0),), (B,), (P,), (S(0), B), (B, S(1)), (P, S(2), B)])
@@ -63,17 +90,26 @@ def test_product_of_one_d_signatures():
 
 def test_planner_imports_without_oneflow():
     """The planner (IR, SBP, rules, cost, search, report) never imports OneFlow."""
-    code = ("import sys; sys.modules['oneflow'] = None\n"
-            "import oneflow_autoddl, oneflow_autoddl.planner, oneflow_autoddl.report, oneflow_autoddl.cli\n"
-            "import oneflow_autoddl.models, oneflow_autoddl.remesh\n"
-            "assert not any(m == 'oneflow' or m.startswith('oneflow.') for m in sys.modules if sys.modules[m])\n")
+    code = (
+        "import sys; sys.modules['oneflow'] = None\n"
+        "import oneflow_autoddl, oneflow_autoddl.planner, oneflow_autoddl.report\n"
+        "import oneflow_autoddl.cli, oneflow_autoddl.models, oneflow_autoddl.remesh\n"
+        "loaded = [m for m in sys.modules if sys.modules[m]]\n"
+        "assert not any(m == 'oneflow' or m.startswith('oneflow.') for m in loaded)\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.parametrize("order", ["oneflow first", "plugin first"])
 def test_hook_installs_in_either_import_order(order):
-    first, second = ("oneflow", "oneflow_autoddl") if order == "oneflow first" else ("oneflow_autoddl", "oneflow")
-    code = (f"import {first}, {second}\nimport oneflow as flow\n"
-            "assert flow.nn.Graph._compile.__module__ == 'oneflow_autoddl.adapter.hook'\n"
-            "assert hasattr(flow.nn.graph.graph_config.GraphConfig, 'set_auto_parallel_cluster')\n")
+    first, second = (
+        ("oneflow", "oneflow_autoddl")
+        if order == "oneflow first"
+        else ("oneflow_autoddl", "oneflow")
+    )
+    code = (
+        f"import {first}, {second}\nimport oneflow as flow\n"
+        "assert flow.nn.Graph._compile.__module__ == 'oneflow_autoddl.adapter.hook'\n"
+        "assert hasattr(flow.nn.graph.graph_config.GraphConfig, 'set_auto_parallel_cluster')\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -1,23 +1,24 @@
-"""The search: exact against exhaustive enumeration on small graphs, memory, baselines, determinism."""
+"""The search: exact against exhaustive enumeration on small graphs, memory, baselines,
+determinism."""
+
 import itertools
 import logging
 
 import numpy as np
 import pytest
-
 from irkit import Kit
+
 from oneflow_autoddl.cost.cluster import cluster_from_json, load_cluster
-from oneflow_autoddl.cost.model import CostModel
-from oneflow_autoddl.cost.model import INFEASIBLE
+from oneflow_autoddl.cost.model import INFEASIBLE, CostModel
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import BYTES_TIE, Planner, objectives, plan
 from oneflow_autoddl.remesh import remesh
+from oneflow_autoddl.sbp import B, S
 from oneflow_autoddl.search import baselines
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
 from oneflow_autoddl.search.problem import SERIAL, Problem, Weights
 from oneflow_autoddl.search.units import PlanningError
-from oneflow_autoddl.sbp import B, S
 
 
 def chain(mesh, depth=2, width=64, batch=16):
@@ -46,12 +47,42 @@ def attention(mesh, batch=4, seq=8, hidden=16, heads=2):
     q = kit.linear("m.q", x, hidden, bias=False)
     k = kit.linear("m.k", x, hidden, bias=False)
     d = hidden // heads
-    q4 = kit.op("m-reshape-q", "reshape", {"in_0": q}, {"out_0": (batch, seq, heads, d)}, shape=[batch, seq, heads, d])
-    k4 = kit.op("m-reshape-k", "reshape", {"in_0": k}, {"out_0": (batch, seq, heads, d)}, shape=[batch, seq, heads, d])
-    qt = kit.op("m-transpose-q", "transpose", {"input_0": q4["out_0"]}, {"output_0": (batch, heads, seq, d)}, perm=[0, 2, 1, 3])
-    kt = kit.op("m-transpose-k", "transpose", {"input_0": k4["out_0"]}, {"output_0": (batch, heads, d, seq)}, perm=[0, 2, 3, 1])
-    att = kit.op("m-batch_matmul", "batch_matmul", {"a_0": qt["output_0"], "b_0": kt["output_0"]},
-                 {"out_0": (batch, heads, seq, seq)}, transpose_a=False, transpose_b=False)
+    q4 = kit.op(
+        "m-reshape-q",
+        "reshape",
+        {"in_0": q},
+        {"out_0": (batch, seq, heads, d)},
+        shape=[batch, seq, heads, d],
+    )
+    k4 = kit.op(
+        "m-reshape-k",
+        "reshape",
+        {"in_0": k},
+        {"out_0": (batch, seq, heads, d)},
+        shape=[batch, seq, heads, d],
+    )
+    qt = kit.op(
+        "m-transpose-q",
+        "transpose",
+        {"input_0": q4["out_0"]},
+        {"output_0": (batch, heads, seq, d)},
+        perm=[0, 2, 1, 3],
+    )
+    kt = kit.op(
+        "m-transpose-k",
+        "transpose",
+        {"input_0": k4["out_0"]},
+        {"output_0": (batch, heads, d, seq)},
+        perm=[0, 2, 3, 1],
+    )
+    att = kit.op(
+        "m-batch_matmul",
+        "batch_matmul",
+        {"a_0": qt["output_0"], "b_0": kt["output_0"]},
+        {"out_0": (batch, heads, seq, seq)},
+        transpose_a=False,
+        transpose_b=False,
+    )
     sm = kit.op("m-softmax", "softmax", {"in_0": att["out_0"]}, {"out_0": (batch, heads, seq, seq)})
     kit.output("out", sm["out_0"])
     return kit.graph()
@@ -61,20 +92,43 @@ def attention_core(mesh, batch=4, heads=2, seq=8, d=8):
     """softmax(q k^T) v on per-head tensors: the attention block without its projections."""
     kit = Kit(mesh)
     q, k, v = (kit.input(n, (batch, heads, seq, d)) for n in "qkv")
-    att = kit.op("m-batch_matmul-1", "batch_matmul", {"a_0": q, "b_0": k}, {"out_0": (batch, heads, seq, seq)},
-                 transpose_a=False, transpose_b=True)["out_0"]
-    sm = kit.op("m-softmax-2", "softmax", {"in_0": att}, {"out_0": (batch, heads, seq, seq)})["out_0"]
-    y = kit.op("m-batch_matmul-3", "batch_matmul", {"a_0": sm, "b_0": v}, {"out_0": (batch, heads, seq, d)},
-               transpose_a=False, transpose_b=False)["out_0"]
+    att = kit.op(
+        "m-batch_matmul-1",
+        "batch_matmul",
+        {"a_0": q, "b_0": k},
+        {"out_0": (batch, heads, seq, seq)},
+        transpose_a=False,
+        transpose_b=True,
+    )["out_0"]
+    sm = kit.op("m-softmax-2", "softmax", {"in_0": att}, {"out_0": (batch, heads, seq, seq)})[
+        "out_0"
+    ]
+    y = kit.op(
+        "m-batch_matmul-3",
+        "batch_matmul",
+        {"a_0": sm, "b_0": v},
+        {"out_0": (batch, heads, seq, d)},
+        transpose_a=False,
+        transpose_b=False,
+    )["out_0"]
     kit.output("out", y)
     return kit.graph()
 
 
-BUILD = {"chain2": lambda m: chain(m, 2), "chain3": lambda m: chain(m, 3), "chain4": lambda m: chain(m, 4),
-         "residual": residual, "attention": attention, "attention-core": attention_core}
+BUILD = {
+    "chain2": lambda m: chain(m, 2),
+    "chain3": lambda m: chain(m, 3),
+    "chain4": lambda m: chain(m, 4),
+    "residual": residual,
+    "attention": attention,
+    "attention-core": attention_core,
+}
 # exhaustive proofs on 2 x 2 grow fast with the candidates (up to 63 per op): smaller graphs there
-SUITE = [(name, mesh) for name in ("chain2", "chain3", "chain4", "residual", "attention", "attention-core")
-         for mesh in [(2,), (4,), (8,)]] + [(name, (2, 2)) for name in ("chain2", "residual", "attention-core")]
+SUITE = [
+    (name, mesh)
+    for name in ("chain2", "chain3", "chain4", "residual", "attention", "attention-core")
+    for mesh in [(2,), (4,), (8,)]
+] + [(name, (2, 2)) for name in ("chain2", "residual", "attention-core")]
 
 
 @pytest.fixture(scope="module")
@@ -93,20 +147,29 @@ def test_descent_matches_exhaustive_optimum_on_the_suite():
         # its results and the seeds by the scheduled step time
         descent = Descent(planner.problem)
         found = min(planner.problem.objective(descent.run(y)) for y in starts.values())
-        assert all(planner.evaluate(x).step_time <= planner.evaluate(y).step_time * (1 + 1e-12)
-                   for y in starts.values())
+        assert all(
+            planner.evaluate(x).step_time <= planner.evaluate(y).step_time * (1 + 1e-12)
+            for y in starts.values()
+        )
         # the proof starts from a cheap upper bound (replicated), never from the descent's answer
-        _, optimum = solve_exhaustive(planner.problem, incumbent=baselines.replicated(planner.problem))
+        _, optimum = solve_exhaustive(
+            planner.problem, incumbent=baselines.replicated(planner.problem)
+        )
         assert found <= optimum * 1.001, (name, mesh, cluster, found, optimum)
         worst, count = max(worst, found / optimum), count + 1
-    print(f"\n{count} graphs (chains, residual block, attention; meshes 2, 4, 8, 2x2; cpu-local and dgx-a100): "
-          f"worst descent / optimum = {worst:.6f}")
+    print(
+        f"\n{count} graphs (chains, residual block, attention; meshes 2, 4, 8, 2x2; "
+        f"cpu-local and dgx-a100): "
+        f"worst descent / optimum = {worst:.6f}"
+    )
 
 
 def test_exhaustive_is_exhaustive_on_a_tiny_graph(cpu):
     problem = Problem(chain((2,), 1), CostModel(cpu, (2,)))
     free = [v for v in range(len(problem.var_units)) if problem.is_free(v)]
-    best = min(problem.objective(list(ks)) for ks in itertools.product(*(range(d) for d in problem.domain)))
+    best = min(
+        problem.objective(list(ks)) for ks in itertools.product(*(range(d) for d in problem.domain))
+    )
     assert solve_exhaustive(problem)[1] == pytest.approx(best)
     assert len(free) >= 3
 
@@ -130,18 +193,26 @@ def test_one_variable_changes_are_what_the_whole_objective_and_bytes_say(cpu):
         v = free[rng.randint(len(free))]
         y = list(x)
         y[v] = int(rng.randint(problem.domain[v]))
-        whole = problem.objective(y, 0.0, Weights(latency=0.0)) - problem.objective(x, 0.0, Weights(latency=0.0))
+        whole = problem.objective(y, 0.0, Weights(latency=0.0)) - problem.objective(
+            x, 0.0, Weights(latency=0.0)
+        )
         if not np.isfinite(whole):  # a boxing OneFlow has no builder for, on either side
             continue
-        assert problem.change(x, v, y[v], 0.0, Weights(latency=0.0)) == pytest.approx(whole, abs=1e-12)
+        assert problem.change(x, v, y[v], 0.0, Weights(latency=0.0)) == pytest.approx(
+            whole, abs=1e-12
+        )
         sent = problem.evaluate(y).bytes_per_device - problem.evaluate(x).bytes_per_device
         if np.isfinite(sent):
-            assert problem.bytes_around(y, v) - problem.bytes_around(x, v) == pytest.approx(sent, abs=1e-6)
+            assert problem.bytes_around(y, v) - problem.bytes_around(x, v) == pytest.approx(
+                sent, abs=1e-6
+            )
 
 
 def compared_vgg():
     """The examples' VGG as benchmarks/compare_plans runs it on 4 CPU ranks."""
-    return build_vgg(depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,), device="cpu")
+    return build_vgg(
+        depth=16, width_mult=0.25, image_size=32, num_classes=10, batch=16, mesh=(4,), device="cpu"
+    )
 
 
 def test_weights_price_a_boxing_s_latency_apart(cpu):
@@ -152,16 +223,21 @@ def test_weights_price_a_boxing_s_latency_apart(cpu):
         b = problem.evaluate(x)
         latency = sum(tr.latency for tr in b.tensor_comm.values())
         assert latency > 0 or not b.tensor_comm
-        assert problem.objective(x, weights=Weights(latency=0.0)) == pytest.approx(b.serial_time - latency, rel=1e-9)
+        assert problem.objective(x, weights=Weights(latency=0.0)) == pytest.approx(
+            b.serial_time - latency, rel=1e-9
+        )
         assert problem.objective(x, weights=Weights(moving=2.0, latency=0.5)) == pytest.approx(
-            b.compute_time + 2 * (b.comm_time - latency) + 0.5 * latency, rel=1e-9)
+            b.compute_time + 2 * (b.comm_time - latency) + 0.5 * latency, rel=1e-9
+        )
 
 
 def test_what_oneflow_cannot_box_stays_infeasible_under_any_weights(cpu):
     problem = Planner(build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu"), cpu).problem
     free = problem.tables(Weights(moving=0.0, latency=0.0))
     cannot = [(f.table >= INFEASIBLE, g.table) for f, g in zip(problem.factors, free)]
-    assert sum(int(mask.sum()) for mask, _ in cannot) > 0  # 2-D transitions OneFlow's CPU boxing lacks
+    assert (
+        sum(int(mask.sum()) for mask, _ in cannot) > 0
+    )  # 2-D transitions OneFlow's CPU boxing lacks
     for mask, table in cannot:
         assert np.all(table[mask] >= INFEASIBLE) and np.all(table[~mask] == 0.0)
 
@@ -185,14 +261,22 @@ def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
     """The examples' VGG on 4 CPU ranks: descents under each objective end within BYTES_TIE of one
     another with different bytes (measured here: 3.10 and 3.12 MiB)."""
     planner = Planner(compared_vgg(), cpu)
-    seeds = list(baselines.BASELINES[name](planner.problem) for name in ("data_parallel", "megatron"))
-    candidates = seeds + [Descent(planner.problem, weights=w).run(y) for w in objectives(cpu) for y in seeds]
+    seeds = list(
+        baselines.BASELINES[name](planner.problem) for name in ("data_parallel", "megatron")
+    )
+    candidates = seeds + [
+        Descent(planner.problem, weights=w).run(y) for w in objectives(cpu) for y in seeds
+    ]
     step = {tuple(y): planner.evaluate(y).step_time for y in candidates}
     sent = {tuple(y): planner.evaluate(y).bytes_per_device for y in candidates}
     quickest = min(step, key=step.get)
     fastest = step[quickest]
-    tied = [k for k in step if step[k] <= fastest * (1 + BYTES_TIE)
-            and 1 - sent[k] / sent[quickest] >= step[k] / fastest - 1]  # bytes saved pay for the time
+    tied = [
+        k
+        for k in step
+        if step[k] <= fastest * (1 + BYTES_TIE)
+        and 1 - sent[k] / sent[quickest] >= step[k] / fastest - 1
+    ]  # bytes saved pay for the time
     assert len({sent[k] for k in tied}) > 1
     pick = tuple(planner._best(candidates, 0.0))
     assert pick in tied and sent[pick] == min(sent[k] for k in tied)
@@ -279,8 +363,10 @@ def test_zero_baseline_shards_every_parameter(cpu):
 def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
     """A GPT trained with Adam: a limit below the fastest plan's memory must shard more. (On a
     cluster whose boxing hides behind compute, sharding everything is already fastest.)"""
+
     def big():
         return build_gpt(layers=2, hidden=256, heads=4, seq_len=32, vocab=512, batch=8, mesh=(4,))
+
     data = load_cluster("dgx-a100").to_json()
     data["device"]["comm_overlap"] = 0.0
     cluster = cluster_from_json(data)
@@ -290,7 +376,9 @@ def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
     limit = (free.predicted.memory_per_device + lean) / 2
     tight = plan(big(), cluster, memory_limit=limit)
     assert tight.predicted.memory_per_device <= limit
-    assert sum(s != "B" for s in tight.variables.values()) > sum(s != "B" for s in free.variables.values())
+    assert sum(s != "B" for s in tight.variables.values()) > sum(
+        s != "B" for s in free.variables.values()
+    )
     with pytest.raises(PlanningError, match=r"leanest plan needs 0\.\d+ GiB"):
         plan(big(), cluster, memory_limit=lean * 0.9)
 
@@ -298,7 +386,9 @@ def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
 def test_unknown_op_is_left_to_oneflow_and_named(cpu, caplog):
     kit = Kit((2,))
     x = kit.input("x", (8, 16))
-    y = kit.op("m-my_custom_op-1", "my_custom_op", {"in_0": kit.linear("m.fc", x, 16)}, {"out_0": (8, 16)})["out_0"]
+    y = kit.op(
+        "m-my_custom_op-1", "my_custom_op", {"in_0": kit.linear("m.fc", x, 16)}, {"out_0": (8, 16)}
+    )["out_0"]
     kit.output("out", kit.linear("m.fc2", y, 4))
     with caplog.at_level(logging.WARNING):
         result = plan(kit.graph(), cpu)
@@ -317,7 +407,10 @@ def test_the_flat_plan_seeds_meshes_whose_axes_share_links(cpu):
     on_four = flat.problem.evaluate(flat.search()[0]).step_time
     assert planner.problem.evaluate(lifted).step_time == pytest.approx(on_four, rel=1e-9)
     assert planner.problem.evaluate(planner.search()[0]).step_time <= on_four * (1 + 1e-9)
-    assert Planner(build_gpt(2, 64, 4, 8, 64, 16, (2, 8)), load_cluster("dgx-a100")).flattened() is None
+    assert (
+        Planner(build_gpt(2, 64, 4, 8, 64, 16, (2, 8)), load_cluster("dgx-a100")).flattened()
+        is None
+    )
 
 
 def test_no_flat_seed_when_the_batch_does_not_split_over_every_device():

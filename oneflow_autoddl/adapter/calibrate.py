@@ -25,6 +25,7 @@ load does not land on one of them: on this shared machine that moved comm_overla
     out) that the pair hides.
 Rank 0 writes the cluster JSON, with the date, machine and command in its `source`.
 """
+
 import json
 import math
 import os
@@ -41,7 +42,9 @@ from ..cost.cluster import Link, cluster_from_json
 from ..sbp import B, P, S
 
 STAGES = 16
-REPEATS = 9  # steps timed per chain, the median taken (`calibrate --repeats` for a quicker, noisier run)
+REPEATS = (
+    9  # steps timed per chain, the median taken (`calibrate --repeats` for a quicker, noisier run)
+)
 _repeats = REPEATS  # this run's (one calibration per process)
 
 
@@ -109,16 +112,23 @@ def broadcast_ones(place, *shape):
 # Per kernel kind (cost.cluster.KERNEL_KINDS): a stage as the GPT and VGG graphs run it on
 # rows x KERNEL_WIDTH floats per rank, and the bytes it reads and writes in units of that array.
 KERNEL_WIDTH, KERNEL_ROWS = 512, 256
-ADD_ELEMS = 1 << 22  # floats per rank of the add that gives the memory bandwidth: far larger than the caches
+ADD_ELEMS = (
+    1 << 22
+)  # floats per rank of the add that gives the memory bandwidth: far larger than the caches
 KERNEL_STAGES = {
     "inner_broadcast": (lambda h, x: x * h.col, 2.0),  # a LayerNorm's x * rstd, (n, d) by (n, 1)
-    "reduce": (lambda h, x: x - x.sum(dim=0, keepdim=True), 1.0),  # a bias gradient; the row subtract costs `plain`
+    "reduce": (
+        lambda h, x: x - x.sum(dim=0, keepdim=True),
+        1.0,
+    ),  # a bias gradient; the row subtract costs `plain`
     "transcendental": (lambda h, x: flow.nn.functional.gelu(x), 2.0),
 }
 
 
 def _add_chain(place, elems: int) -> _Chain:
-    return _Chain(_Holder(x=split_ones(place, elems), y=split_ones(place, elems)), lambda h, x: x + h.y)
+    return _Chain(
+        _Holder(x=split_ones(place, elems), y=split_ones(place, elems)), lambda h, x: x + h.y
+    )
 
 
 def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str, float]]:
@@ -128,18 +138,39 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     not be taken at different loads. Matmuls of rows x width by width x width per rank, adds of 16
     and of ADD_ELEMS floats, the kinds on KERNEL_ROWS x KERNEL_WIDTH."""
     n = flow.env.get_world_size()
-    holder = _Holder(x=split_ones(place, KERNEL_ROWS * n, KERNEL_WIDTH), col=split_ones(place, KERNEL_ROWS * n, 1),
-                     row=broadcast_ones(place, 1, KERNEL_WIDTH))
-    matmul = _Chain(_Holder(x=split_ones(place, rows * n, width), w=broadcast_ones(place, width, width)),
-                    lambda h, x: flow.matmul(x, h.w))
+    holder = _Holder(
+        x=split_ones(place, KERNEL_ROWS * n, KERNEL_WIDTH),
+        col=split_ones(place, KERNEL_ROWS * n, 1),
+        row=broadcast_ones(place, 1, KERNEL_WIDTH),
+    )
+    matmul = _Chain(
+        _Holder(x=split_ones(place, rows * n, width), w=broadcast_ones(place, width, width)),
+        lambda h, x: flow.matmul(x, h.w),
+    )
     kinds = list(KERNEL_STAGES)
-    chains = [matmul, _add_chain(place, 16 * n), _add_chain(place, ADD_ELEMS * n), _Chain(holder, lambda h, x: x - h.row)]
-    matmul_s, overhead, add, plain, *timed = (t / STAGES for t in step_times(
-        *chains, *(_Chain(holder, KERNEL_STAGES[k][0]) for k in kinds)))
+    chains = [
+        matmul,
+        _add_chain(place, 16 * n),
+        _add_chain(place, ADD_ELEMS * n),
+        _Chain(holder, lambda h, x: x - h.row),
+    ]
+    matmul_s, overhead, add, plain, *timed = (
+        t / STAGES
+        for t in step_times(*chains, *(_Chain(holder, KERNEL_STAGES[k][0]) for k in kinds))
+    )
     array = 4 * KERNEL_ROWS * KERNEL_WIDTH
-    kernels = {kind: KERNEL_STAGES[kind][1] * array / max(t - (plain if kind == "reduce" else overhead), 1e-9)
-               for kind, t in zip(kinds, timed)}
-    return 2 * rows * width * width / matmul_s, overhead, 3 * 4 * ADD_ELEMS / max(add - overhead, 1e-9), kernels
+    kernels = {
+        kind: KERNEL_STAGES[kind][1]
+        * array
+        / max(t - (plain if kind == "reduce" else overhead), 1e-9)
+        for kind, t in zip(kinds, timed)
+    }
+    return (
+        2 * rows * width * width / matmul_s,
+        overhead,
+        3 * 4 * ADD_ELEMS / max(add - overhead, 1e-9),
+        kernels,
+    )
 
 
 class _Params(flow.nn.Module):
@@ -193,7 +224,12 @@ def _update_bandwidths(place, membw: float) -> dict:
     return out
 
 
-_SBP = {"S0": flow.sbp.split(0), "S1": flow.sbp.split(1), "B": flow.sbp.broadcast, "P": flow.sbp.partial_sum}
+_SBP = {
+    "S0": flow.sbp.split(0),
+    "S1": flow.sbp.split(1),
+    "B": flow.sbp.broadcast,
+    "P": flow.sbp.partial_sum,
+}
 # Per collective: the SBP a stage starts from, its moves, the move that is the collective, and how
 # many times it is in them. A stage first copies its input (x * 1.0): boxing a variable's own
 # buffer across ranks aborts 0.9.0.
@@ -211,24 +247,31 @@ def _boxing_stage(moves):
         for sbp in moves:
             x = x.to_global(sbp=_SBP[sbp])
         return x
+
     return stage
 
 
-def _collective(place, kind: str, sizes: Tuple[int, ...], width: int) -> List[Tuple[float, float, float]]:
+def _collective(
+    place, kind: str, sizes: Tuple[int, ...], width: int
+) -> List[Tuple[float, float, float]]:
     """(seconds, bytes sent, messages) per rank of one `kind` on a rows x width float tensor, for
     rows in `sizes`: each boxed chain against the same chain without the boxing, all in turns."""
     start, moves, (src, dst), times = COLLECTIVE_STAGES[kind]
     n = flow.env.get_world_size()
     chains = []
     for rows in sizes:
-        holder = _Holder(x=flow.ones(rows, width).to_global(place, flow.sbp.broadcast).to_global(sbp=_SBP[start]))
+        holder = _Holder(
+            x=flow.ones(rows, width).to_global(place, flow.sbp.broadcast).to_global(sbp=_SBP[start])
+        )
         chains += [_Chain(holder, _boxing_stage(moves)), _Chain(holder, _boxing_stage(()))]
     measured = step_times(*chains)
     out = []
     for rows, boxed, plain in zip(sizes, measured[0::2], measured[1::2]):
         nbytes = 4.0 * rows * width
         sent = oneflow_cpu_axis_cost(src, dst, nbytes, rows * width, n, Link(1.0, 0.0)).bytes
-        messages = oneflow_cpu_axis_cost(src, dst, nbytes, rows * width, n, Link(math.inf, 1.0)).time
+        messages = oneflow_cpu_axis_cost(
+            src, dst, nbytes, rows * width, n, Link(math.inf, 1.0)
+        ).time
         out.append((max(boxed - plain, 1e-9) / (STAGES * times), sent, messages))
     return out
 
@@ -239,7 +282,10 @@ def _collectives(place, width: int, small: int, big: int) -> Dict[str, Dict[str,
     for kind in COLLECTIVE_STAGES:
         (t0, b0, m), (t1, b1, _) = _collective(place, kind, (small, big), width)
         bandwidth = (b1 - b0) / max(t1 - t0, 1e-9)
-        out[kind] = {"bandwidth_per_device": bandwidth, "latency": max(t0 - b0 / bandwidth, 0.0) / m}
+        out[kind] = {
+            "bandwidth_per_device": bandwidth,
+            "latency": max(t0 - b0 / bandwidth, 0.0) / m,
+        }
     return out
 
 
@@ -251,12 +297,24 @@ def _overlap(place, rows: int, width: int, latency: float) -> float:
     and its local copies are taken out before the fraction is formed. Counted in, the hidden
     waits alone read as overlap (0.28 and 0.40 in two calibrations on 4 ranks of 2 cores; this
     reads 0 to 0.11)."""
-    holder = _Holder(x=split_ones(place, rows, width), w=broadcast_ones(place, width, width), z=split_ones(place, rows, width))
-    matmul, gather, copies = (lambda h, x: flow.matmul(x, h.w)), _boxing_stage(("B", "S0")), _boxing_stage(())
-    alone, gathered, copied, both = step_times(*(_Chain(holder, stage) for stage in (matmul, gather, copies)),
-                                               _Chain(holder, matmul, beside=gather))
+    holder = _Holder(
+        x=split_ones(place, rows, width),
+        w=broadcast_ones(place, width, width),
+        z=split_ones(place, rows, width),
+    )
+    matmul, gather, copies = (
+        (lambda h, x: flow.matmul(x, h.w)),
+        _boxing_stage(("B", "S0")),
+        _boxing_stage(()),
+    )
+    alone, gathered, copied, both = step_times(
+        *(_Chain(holder, stage) for stage in (matmul, gather, copies)),
+        _Chain(holder, matmul, beside=gather),
+    )
     n = flow.env.get_world_size()
-    messages = oneflow_cpu_axis_cost(S(0), B, 4.0 * rows * width, rows * width, n, Link(math.inf, 1.0)).time
+    messages = oneflow_cpu_axis_cost(
+        S(0), B, 4.0 * rows * width, rows * width, n, Link(math.inf, 1.0)
+    ).time
     moving = gathered - copied - STAGES * messages * latency
     if moving <= 0:
         return 0.0
@@ -278,24 +336,44 @@ def measure(out: str, command: str, repeats: int = REPEATS) -> dict:
     overlap = _overlap(place, big, width, gather["latency"])
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     data = {
-        "name": "cpu-local", "backend": "oneflow-cpu", "nodes": 1, "devices_per_node": n,
-        "device": {"name": f"CPU rank ({platform.machine()}, {os.cpu_count()} cores shared by {n} ranks)",
-                   "memory_bytes": float(mem_total // n), "flops": {"float32": flops}, "memory_bandwidth": membw,
-                   "kernel_bandwidth": kernels, "op_overhead": overhead, "comm_overlap": overlap},
-        "links": {"intra_node": dict(gather, collectives=collectives),
-                  "inter_node": {"bandwidth_per_node": gather["bandwidth_per_device"] * n, "latency": gather["latency"],
-                                 "collectives": {k: {"bandwidth_per_node": c["bandwidth_per_device"] * n,
-                                                     "latency": c["latency"]} for k, c in collectives.items()}}},
-        "source": f"measured {time.strftime('%Y-%m-%d')} on {platform.node()} by `{command}`: {n} OneFlow "
-                  f"{flow.__version__} CPU ranks at once, in nn.Graphs of {STAGES} stages (median of {repeats} "
-                  f"steps, the graphs a figure is read from taking turns): float32 matmuls ({big // n}x{width} "
-                  f"by {width}x{width} per rank), elementwise adds of {ADD_ELEMS} floats (and of 16, the cost "
-                  f"per op), on {KERNEL_ROWS}x{KERNEL_WIDTH} floats x * ({KERNEL_ROWS}, 1), x - x.sum(0) and "
-                  f"gelu(x), train steps of SGD, momentum and Adam over {STAGES} parameters of {UPDATE_SIZES[0]} "
-                  f"and {UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), chains of each collective on "
-                  f"{small}x{width} and {big}x{width} floats against the chains without it (links; the base "
-                  f"figures are the all-gather's), and the matmul chain beside an all-gather chain "
-                  f"(comm_overlap). One machine, so inter-node = intra-node.",
+        "name": "cpu-local",
+        "backend": "oneflow-cpu",
+        "nodes": 1,
+        "devices_per_node": n,
+        "device": {
+            "name": f"CPU rank ({platform.machine()}, {os.cpu_count()} cores shared by {n} ranks)",
+            "memory_bytes": float(mem_total // n),
+            "flops": {"float32": flops},
+            "memory_bandwidth": membw,
+            "kernel_bandwidth": kernels,
+            "op_overhead": overhead,
+            "comm_overlap": overlap,
+        },
+        "links": {
+            "intra_node": dict(gather, collectives=collectives),
+            "inter_node": {
+                "bandwidth_per_node": gather["bandwidth_per_device"] * n,
+                "latency": gather["latency"],
+                "collectives": {
+                    k: {
+                        "bandwidth_per_node": c["bandwidth_per_device"] * n,
+                        "latency": c["latency"],
+                    }
+                    for k, c in collectives.items()
+                },
+            },
+        },
+        "source": f"measured {time.strftime('%Y-%m-%d')} on {platform.node()} by `{command}`: "
+        f"{n} OneFlow {flow.__version__} CPU ranks at once, in nn.Graphs of {STAGES} stages "
+        f"(median of {repeats} steps, the graphs a figure is read from taking turns): float32 "
+        f"matmuls ({big // n}x{width} by {width}x{width} per rank), elementwise adds of "
+        f"{ADD_ELEMS} floats (and of 16, the cost per op), on {KERNEL_ROWS}x{KERNEL_WIDTH} floats "
+        f"x * ({KERNEL_ROWS}, 1), x - x.sum(0) and gelu(x), train steps of SGD, momentum and Adam "
+        f"over {STAGES} parameters of {UPDATE_SIZES[0]} and {UPDATE_SIZES[1]} floats per rank "
+        f"(kernel_bandwidth), chains of each collective on "
+        f"{small}x{width} and {big}x{width} floats against the chains without it (links; the base "
+        f"figures are the all-gather's), and the matmul chain beside an all-gather chain "
+        f"(comm_overlap). One machine, so inter-node = intra-node.",
     }
     cluster_from_json(data)
     if flow.env.get_rank() == 0:

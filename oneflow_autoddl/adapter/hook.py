@@ -9,6 +9,7 @@ at "autoddl"), the first compile
   4. reads the compiled Job and the parameters back and checks them against the plan.
 Every way out of the plan is a warning that says which op and why.
 """
+
 import json
 import logging
 import time
@@ -21,7 +22,8 @@ from oneflow.nn.graph.graph_config import GraphConfig
 
 from ..cost.cluster import load_cluster
 from ..plan import Plan, PlanMismatch
-from ..planner import STRATEGIES, hold_user_sbp, plan as make_plan
+from ..planner import STRATEGIES, hold_user_sbp
+from ..planner import plan as make_plan
 from ..report import summary
 
 # The other adapter modules are imported where used: `import oneflow` may come from inside
@@ -89,7 +91,8 @@ def _default_cluster(device: str) -> str:
 
 
 def _parameters(graph) -> Dict[str, "flow.Tensor"]:
-    """Variable op name -> the parameter or buffer tensor behind it, named as nn.Graph names them."""
+    """Variable op name -> the parameter or buffer tensor behind it, named as nn.Graph names
+    them."""
     out = {}
     for block in graph._state():
         gt = block.to(GraphTensor)
@@ -98,7 +101,9 @@ def _parameters(graph) -> Dict[str, "flow.Tensor"]:
 
 
 def _hold(graph, ir, settings: AutoDDLConfig) -> Dict[str, str]:
-    hold = {} if graph.config.proto.enable_auto_parallel_ignore_user_sbp_config else hold_user_sbp(ir)
+    hold = (
+        {} if graph.config.proto.enable_auto_parallel_ignore_user_sbp_config else hold_user_sbp(ir)
+    )
     for name, tensor in _parameters(graph).items():
         owner = _SHARED.get(id(tensor))
         if owner is not None and owner != graph.name and name in ir.ops:
@@ -113,14 +118,24 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
         try:
             saved.check_matches(ir, mesh.hierarchy)
             from . import writeback
+
             writeback.check_signatures(ir, saved)
             return saved
         except PlanMismatch as e:
-            log.warning("AutoDDL: the saved plan does not match graph %s (%s); searching a new plan",
-                        graph.name, e)
+            log.warning(
+                "AutoDDL: the saved plan does not match graph %s (%s); searching a new plan",
+                graph.name,
+                e,
+            )
     cluster = settings.cluster or _default_cluster(mesh.device)
-    return make_plan(ir, cluster, memory_limit=settings.memory_per_device, hold=_hold(graph, ir, settings),
-                     ranks_per_node=settings.ranks_per_node, strategy=settings.planner)
+    return make_plan(
+        ir,
+        cluster,
+        memory_limit=settings.memory_per_device,
+        hold=_hold(graph, ir, settings),
+        ranks_per_node=settings.ranks_per_node,
+        strategy=settings.planner,
+    )
 
 
 def _on_rank0(fn):
@@ -152,7 +167,11 @@ class PlanningFailed(RuntimeError):
 
 
 def _fallback(graph, reason: str) -> None:
-    log.warning("AutoDDL: %s; graph %s is compiled with OneFlow's own SBP inference instead", reason, graph.name)
+    log.warning(
+        "AutoDDL: %s; graph %s is compiled with OneFlow's own SBP inference instead",
+        reason,
+        graph.name,
+    )
     graph._autoddl_plan = None
     graph._autoddl_fallback = reason
 
@@ -160,6 +179,7 @@ def _fallback(graph, reason: str) -> None:
 def _verify(graph, plan: Plan) -> None:
     from .placement import from_flow_sbp
     from .writeback import compiled_mismatches
+
     problems = compiled_mismatches(graph._compiled_graph_proto, plan)
     params = _parameters(graph)
     for name, want in plan.variables.items():
@@ -170,8 +190,12 @@ def _verify(graph, plan: Plan) -> None:
                 problems.append(f"parameter {name} has SBP {have} after compile, planned {want}")
     if problems:
         plan.notes.append("compiled job differs from the plan: " + "; ".join(problems[:5]))
-        log.warning("AutoDDL: graph %s compiled differently from its plan at %d op(s): %s",
-                    graph.name, len(problems), "; ".join(problems[:5]))
+        log.warning(
+            "AutoDDL: graph %s compiled differently from its plan at %d op(s): %s",
+            graph.name,
+            len(problems),
+            "; ".join(problems[:5]),
+        )
     for tensor in params.values():
         _SHARED.setdefault(id(tensor), graph.name)
 
@@ -191,6 +215,7 @@ def _compile(self, *args, **kwargs):
     try:
         from .job import read_job
         from .writeback import write_plan
+
         ir = read_job(job)
         plan = Plan.from_json(_on_rank0(lambda: _obtain_plan(self, ir, settings).to_json()))
         planned = write_plan(job, plan)
@@ -210,14 +235,23 @@ def _compile(self, *args, **kwargs):
     self._autoddl_plan = plan
     _verify(self, plan)
     if flow.env.get_rank() == 0:
-        log.info("AutoDDL plan for graph %s (planned in %.2f s):\n%s", self.name,
-                 time.perf_counter() - started, summary(plan))
+        log.info(
+            "AutoDDL plan for graph %s (planned in %.2f s):\n%s",
+            self.name,
+            time.perf_counter() - started,
+            summary(plan),
+        )
     return eager_outputs
 
 
 def install() -> None:
     """Patch nn.Graph and GraphConfig (idempotent)."""
-    for fn in (set_auto_parallel_planner, set_auto_parallel_cluster, set_auto_parallel_ranks_per_node,
-               set_auto_parallel_memory_per_device, set_auto_parallel_plan):
+    for fn in (
+        set_auto_parallel_planner,
+        set_auto_parallel_cluster,
+        set_auto_parallel_ranks_per_node,
+        set_auto_parallel_memory_per_device,
+        set_auto_parallel_plan,
+    ):
         setattr(GraphConfig, fn.__name__, fn)
     flow.nn.Graph._compile = _compile

@@ -4,6 +4,7 @@ The Job is the one `nn.Graph.build_graph()` returns (native auto-parallel off): 
 with its greedy SBP signature in `job_parallel_view_conf`, logical shapes in
 `helper.lbn2logical_blob_desc`, placements in `placement.placement_group`.
 """
+
 import re
 import warnings
 from typing import Any, Dict, List, Tuple
@@ -16,9 +17,17 @@ from ..sbp import Signature
 from .placement import from_proto
 
 _DTYPES = {
-    "kFloat": "float32", "kDouble": "float64", "kFloat16": "float16", "kBFloat16": "bfloat16",
-    "kInt8": "int8", "kInt32": "int32", "kInt64": "int64", "kUInt8": "uint8", "kBool": "bool",
-    "kChar": "char", "kInt16": "int16",
+    "kFloat": "float32",
+    "kDouble": "float64",
+    "kFloat16": "float16",
+    "kBFloat16": "bfloat16",
+    "kInt8": "int8",
+    "kInt32": "int32",
+    "kInt64": "int64",
+    "kUInt8": "uint8",
+    "kBool": "bool",
+    "kChar": "char",
+    "kInt16": "int16",
 }
 _IO_TYPES = ("input_conf", "output_conf")
 _DEVICE_NAME = re.compile(r"@?(\d+):(\d+)$")
@@ -54,7 +63,8 @@ def _user_blobs(args, order) -> Dict[str, str]:
 
 
 def _system_blobs(op_conf, bns, lbn_shapes) -> Tuple[Dict[str, str], Dict[str, str]]:
-    """Inputs and outputs of a system op: outputs are `<op>/<bn>`, inputs name their lbn in the conf."""
+    """Inputs and outputs of a system op: outputs are `<op>/<bn>`, inputs name their lbn in the
+    conf."""
     conf = getattr(op_conf, op_conf.WhichOneof("op_type"))
     inputs, outputs = {}, {}
     for bn in bns:
@@ -69,7 +79,10 @@ def _system_blobs(op_conf, bns, lbn_shapes) -> Tuple[Dict[str, str], Dict[str, s
         elif value is not None and hasattr(value, "__len__") and len(value) == 1:
             inputs[bn] = value[0]
         else:
-            raise GraphError(f"cannot find the blob {bn!r} of system op {op_conf.name!r} ({op_conf.WhichOneof('op_type')})")
+            raise GraphError(
+                f"cannot find the blob {bn!r} of system op {op_conf.name!r} "
+                f"({op_conf.WhichOneof('op_type')})"
+            )
     return inputs, outputs
 
 
@@ -94,11 +107,17 @@ def signatures_of(job) -> Dict[str, Signature]:
     view = job.job_parallel_view_conf
     sigs: Dict[str, Signature] = {}
     for name, nd_sig in view.op_name2nd_sbp_signature_conf.items():
-        sigs[name] = Signature({bn: tuple(from_proto(p) for p in nd.sbp_parallel)
-                                for bn, nd in nd_sig.bn_in_op2nd_sbp.items()})
+        sigs[name] = Signature(
+            {
+                bn: tuple(from_proto(p) for p in nd.sbp_parallel)
+                for bn, nd in nd_sig.bn_in_op2nd_sbp.items()
+            }
+        )
     for name, sig in view.op_name2sbp_signature_conf.items():
         if name not in sigs:
-            sigs[name] = Signature({bn: (from_proto(p),) for bn, p in sig.bn_in_op2sbp_parallel.items()})
+            sigs[name] = Signature(
+                {bn: (from_proto(p),) for bn, p in sig.bn_in_op2sbp_parallel.items()}
+            )
     return sigs
 
 
@@ -147,8 +166,10 @@ def read_job(job) -> Graph:
     if not job.net.op:
         raise GraphError("the Job has no ops")
     if not shapes:
-        raise GraphError("the Job has no logical shapes (helper.lbn2logical_blob_desc is empty): "
-                         "pass the Job returned by nn.Graph.build_graph(), not the forward-only job")
+        raise GraphError(
+            "the Job has no logical shapes (helper.lbn2logical_blob_desc is empty): "
+            "pass the Job returned by nn.Graph.build_graph(), not the forward-only job"
+        )
     placements = _placements(job)
     native = signatures_of(job)
     tensors: Dict[str, Tensor] = {}
@@ -169,17 +190,33 @@ def read_job(job) -> Graph:
             inputs, outputs = _system_blobs(op_conf, list(sig), shapes)
             attrs = {}
             if kind == "variable_conf":
-                attrs = {"nd_sbp": list(op_conf.variable_conf.nd_sbp),
-                         "shape": tuple(op_conf.variable_conf.shape.dim)}
+                attrs = {
+                    "nd_sbp": list(op_conf.variable_conf.nd_sbp),
+                    "shape": tuple(op_conf.variable_conf.shape.dim),
+                }
         for obn, lbn in outputs.items():
             desc = shapes.get(lbn) if lbn in shapes else None
             if desc is None:
-                raise GraphError(f"output {lbn!r} of op {op_conf.name!r} has no logical shape in the Job")
+                raise GraphError(
+                    f"output {lbn!r} of op {op_conf.name!r} has no logical shape in the Job"
+                )
             dtype = data_type_pb2.DataType.Name(desc.data_type)
-            tensors[lbn] = Tensor(lbn, tuple(desc.shape.dim), _DTYPES.get(dtype, dtype), op_conf.name, obn)
-        ops.append(Op(op_conf.name, kind, inputs, outputs, placements[op_conf.name], attrs,
-                      role=_role(op_conf, kind), scope=module_scope(op_conf.name),
-                      native=native.get(op_conf.name)))
+            tensors[lbn] = Tensor(
+                lbn, tuple(desc.shape.dim), _DTYPES.get(dtype, dtype), op_conf.name, obn
+            )
+        ops.append(
+            Op(
+                op_conf.name,
+                kind,
+                inputs,
+                outputs,
+                placements[op_conf.name],
+                attrs,
+                role=_role(op_conf, kind),
+                scope=module_scope(op_conf.name),
+                native=native.get(op_conf.name),
+            )
+        )
     train = job.job_conf.train_conf if job.job_conf.HasField("train_conf") else None
     loss_grad = train.loss_grad_lbn[0] if train is not None and train.loss_grad_lbn else None
     assign_roles(ops, tensors, loss_grad)

@@ -1,4 +1,5 @@
 """Meshes as OneFlow placements and SBP values as `flow.sbp` objects and protos."""
+
 from typing import List, Sequence
 
 import oneflow as flow
@@ -13,8 +14,10 @@ def placement(device: str, mesh) -> "flow.placement":
     shape: Mesh = parse_mesh(mesh) if isinstance(mesh, str) else tuple(mesh)
     world = flow.env.get_world_size()
     if mesh_size(shape) != world:
-        raise ValueError(f"mesh {'x'.join(map(str, shape))} has {mesh_size(shape)} devices but "
-                         f"{world} ranks were launched: pass --nproc_per_node/--nnodes to match")
+        raise ValueError(
+            f"mesh {'x'.join(map(str, shape))} has {mesh_size(shape)} devices but "
+            f"{world} ranks were launched: pass --nproc_per_node/--nnodes to match"
+        )
     return flow.placement(device, ranks=rank_grid(shape))
 
 

@@ -12,6 +12,7 @@ training graph -- forward, backward and optimizer ops as OneFlow makes them -- w
 A template is only written after it reproduces, op for op, further live traces: other
 primes, and for GPT 2 and 4 blocks. Anything it cannot reproduce stops the tool.
 """
+
 import argparse
 import contextlib
 import json
@@ -30,7 +31,9 @@ from .job import read_job
 
 log = logging.getLogger("oneflow_autoddl")
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+EXAMPLES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples"
+)
 GRAPH_NAME = "TrainGraph_0"  # what OneFlow names the first TrainGraph of a process
 BLOCK_PREFIX = "model.h"  # GPT's blocks: nn.Sequential `h` of the module the examples call `model`
 # Distinct primes for the free sizes; the second assignment checks the factorisation. VGG's
@@ -63,8 +66,14 @@ def fused_layer_norm():
 
     def forward(self, x):
         axis = len(x.shape) - len(self.normalized_shape)
-        return flow._C.layer_norm_affine(x, self.weight, self.bias, begin_norm_axis=axis,
-                                         begin_params_axis=axis, epsilon=self.eps)
+        return flow._C.layer_norm_affine(
+            x,
+            self.weight,
+            self.bias,
+            begin_norm_axis=axis,
+            begin_params_axis=axis,
+            epsilon=self.eps,
+        )
 
     flow.nn.LayerNorm.forward = forward
     try:
@@ -77,6 +86,7 @@ def _trace(model, loss_fn, optimizer, inputs) -> Graph:
     """The examples' TrainGraph (data parallel, so no planner runs), traced on rank 0 only."""
     _examples()
     from common import TrainGraph
+
     graph = TrainGraph(model, loss_fn, optimizer, argparse.Namespace(plan="dp"))
     graph.build_graph(*inputs)
     return read_job(graph._full_graph_proto)
@@ -89,15 +99,22 @@ def _one_device():
 
 
 def _batch(place, broadcast, *shape, dtype=flow.float32):
-    return flow.zeros(*shape, dtype=dtype).to_global(place, broadcast).to_global(sbp=[flow.sbp.split(0)])
+    return (
+        flow.zeros(*shape, dtype=dtype)
+        .to_global(place, broadcast)
+        .to_global(sbp=[flow.sbp.split(0)])
+    )
 
 
 def trace_gpt(sizes: Mapping[str, int], layers: int, fused: bool) -> Graph:
     """examples/gpt.py's training graph (GPT + GPTLoss, AdamW); `fused`: LayerNorm as on CUDA."""
     _examples()
     from gpt_model import GPT, GPTLoss
+
     place, broadcast = _one_device()
-    model = GPT(layers, sizes["heads"] * sizes["head_dim"], sizes["heads"], sizes["seq_len"], sizes["vocab"])
+    model = GPT(
+        layers, sizes["heads"] * sizes["head_dim"], sizes["heads"], sizes["seq_len"], sizes["vocab"]
+    )
     model = model.to_global(place, broadcast)
     optimizer = flow.optim.AdamW(model.parameters(), lr=3e-3)
     tokens = _batch(place, broadcast, sizes["batch"], sizes["seq_len"], dtype=flow.int64)
@@ -109,12 +126,15 @@ def trace_vgg(depth: int, sizes: Mapping[str, int]) -> Graph:
     """examples/vgg.py's training graph (VGG, cross entropy, SGD with momentum)."""
     _examples()
     from vgg_model import CONFIGS, VGG, scaled
+
     place, broadcast = _one_device()
     width = sizes["channels"] / 64
     channels = sorted({scaled(c, width) for c in CONFIGS[depth] + [4096] if c != "M"})
     expected = sorted({sizes["channels"] * k for k in (1, 2, 4, 8, 64)})
     if channels != expected:
-        raise TemplateError(f"width {width} gives channels {channels}, not C, 2C, 4C, 8C, 64C = {expected}")
+        raise TemplateError(
+            f"width {width} gives channels {channels}, not C, 2C, 4C, 8C, 64C = {expected}"
+        )
     image = 32 * sizes["spatial"]
     model = VGG(depth, width, image, sizes["classes"]).to_global(place, broadcast)
     optimizer = flow.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
@@ -137,7 +157,7 @@ def _abstract(text: str, block: Optional[int], graph_name: str) -> str:
         prefix = f"{BLOCK_PREFIX}.{block}"
         if not (text == prefix or text.startswith(prefix + ".") or text.startswith(prefix + "-")):
             raise TemplateError(f"{text!r} is in block {block} but does not start with {prefix}")
-        text = f"{BLOCK_PREFIX}.{{b}}" + text[len(prefix):]
+        text = f"{BLOCK_PREFIX}.{{b}}" + text[len(prefix) :]
     return text
 
 
@@ -154,7 +174,8 @@ def _single_device(ops) -> Set[str]:
 
 
 def _sweeps(blocks: Sequence[Optional[int]], count: int) -> List[Optional[int]]:
-    """Number the runs of consecutive block ops; each must visit 0..count-1 (or back) once, in order."""
+    """Number the runs of consecutive block ops; each must visit 0..count-1 (or back) once, in
+    order."""
     sweep_of: List[Optional[int]] = []
     visits: List[List[int]] = []
     for b in blocks:
@@ -168,7 +189,9 @@ def _sweeps(blocks: Sequence[Optional[int]], count: int) -> List[Optional[int]]:
         sweep_of.append(len(visits) - 1)
     for k, seen in enumerate(visits):
         if seen not in (list(range(count)), list(reversed(range(count)))):
-            raise TemplateError(f"run {k} of block ops visits blocks {seen}, not 0..{count - 1} in order")
+            raise TemplateError(
+                f"run {k} of block ops visits blocks {seen}, not 0..{count - 1} in order"
+            )
     return sweep_of
 
 
@@ -184,15 +207,20 @@ def sized_attrs(a: Graph, b: Graph) -> Tuple[Set[Tuple[str, str]], Set[Tuple[str
                 continue
             if isinstance(value, float):
                 floats.add((x.type, key))
-            elif isinstance(value, int) or (isinstance(value, list) and all(isinstance(v, int) for v in value)):
+            elif isinstance(value, int) or (
+                isinstance(value, list) and all(isinstance(v, int) for v in value)
+            ):
                 ints.add((x.type, key))
             else:
-                raise TemplateError(f"attr {key} of {x.name} depends on the sizes but is a {type(value).__name__}")
+                raise TemplateError(
+                    f"attr {key} of {x.name} depends on the sizes but is a {type(value).__name__}"
+                )
     return ints, floats
 
 
-def make_template(graph: Graph, model: str, sizes: Mapping[str, int], blocks: int,
-                  int_attrs: Set[Tuple[str, str]]) -> Dict[str, Any]:
+def make_template(
+    graph: Graph, model: str, sizes: Mapping[str, int], blocks: int, int_attrs: Set[Tuple[str, str]]
+) -> Dict[str, Any]:
     """The JSON template of a live trace (see models/template.py for the format)."""
     ops = list(graph.ops.values())
     position = {op.name: i for i, op in enumerate(ops)}
@@ -224,7 +252,9 @@ def make_template(graph: Graph, model: str, sizes: Mapping[str, int], blocks: in
             p = position[t.producer]
             ref: List[Any] = [p, t.obn]
             if b is None and block[p] not in (None, 0, blocks - 1):
-                raise TemplateError(f"{op.name} outside the blocks reads the middle block ({t.producer})")
+                raise TemplateError(
+                    f"{op.name} outside the blocks reads the middle block ({t.producer})"
+                )
             if b is not None and block[p] is not None and block[p] != b:
                 ref.append(block[p] - b)
             d["inputs"][ibn] = ref
@@ -239,8 +269,11 @@ def make_template(graph: Graph, model: str, sizes: Mapping[str, int], blocks: in
             if isinstance(value, tuple):
                 sym[key] = ["shape", [factorise(n, sizes) for n in value]]
             elif (op.type, key) in int_attrs:
-                sym[key] = (["ints", [factorise(n, sizes) for n in value]] if isinstance(value, list)
-                            else ["int", factorise(value, sizes)])
+                sym[key] = (
+                    ["ints", [factorise(n, sizes) for n in value]]
+                    if isinstance(value, list)
+                    else ["int", factorise(value, sizes)]
+                )
             else:
                 attrs[key] = value
         d["attrs"] = attrs
@@ -249,9 +282,15 @@ def make_template(graph: Graph, model: str, sizes: Mapping[str, int], blocks: in
         out.append(d)
     if blocks:
         _check_aligned(out)
-    return {"model": model, "made_by": "python -m oneflow_autoddl.adapter.templates",
-            "oneflow": flow.__version__, "sizes": dict(sizes), "blocks": blocks, "graph": GRAPH_NAME,
-            "ops": out}
+    return {
+        "model": model,
+        "made_by": "python -m oneflow_autoddl.adapter.templates",
+        "oneflow": flow.__version__,
+        "sizes": dict(sizes),
+        "blocks": blocks,
+        "graph": GRAPH_NAME,
+        "ops": out,
+    }
 
 
 def _check_aligned(ops: List[Dict[str, Any]]) -> None:
@@ -271,7 +310,9 @@ def _normal(name: str) -> str:
     return _SCHEDULER.sub(r"\1", name)
 
 
-def differences(built: Graph, live: Graph, skip_attrs: Set[Tuple[str, str]] = frozenset()) -> List[str]:
+def differences(
+    built: Graph, live: Graph, skip_attrs: Set[Tuple[str, str]] = frozenset()
+) -> List[str]:
     """Where an instantiated template and a live trace differ, op by op (names up to the
     scheduler's process-wide counter; `skip_attrs` are float attrs kept at traced values)."""
     if len(built) != len(live):
@@ -284,7 +325,9 @@ def differences(built: Graph, live: Graph, skip_attrs: Set[Tuple[str, str]] = fr
         for field in ("type", "role", "scope", "placement"):
             if getattr(x, field) != getattr(y, field):
                 what.append(f"{field} {getattr(x, field)} != {getattr(y, field)}")
-        if [(k, _normal(v)) for k, v in x.inputs.items()] != [(k, _normal(v)) for k, v in y.inputs.items()]:
+        if [(k, _normal(v)) for k, v in x.inputs.items()] != [
+            (k, _normal(v)) for k, v in y.inputs.items()
+        ]:
             what.append(f"inputs {x.inputs} != {y.inputs}")
         xo = [(k, built.tensors[v].shape, built.tensors[v].dtype) for k, v in x.outputs.items()]
         yo = [(k, live.tensors[v].shape, live.tensors[v].dtype) for k, v in y.outputs.items()]
@@ -299,14 +342,21 @@ def differences(built: Graph, live: Graph, skip_attrs: Set[Tuple[str, str]] = fr
     return problems
 
 
-def _check(template: Template, live: Graph, sizes: Mapping[str, int], layers: Optional[int],
-           skip_attrs: Set[Tuple[str, str]] = frozenset()) -> None:
+def _check(
+    template: Template,
+    live: Graph,
+    sizes: Mapping[str, int],
+    layers: Optional[int],
+    skip_attrs: Set[Tuple[str, str]] = frozenset(),
+) -> None:
     built = template.instantiate(sizes, (1,), "cpu", (0,), layers=layers, graph_name=live.name)
     problems = differences(built, live, skip_attrs)
     where = f"{dict(sizes)}" + (f", {layers} layers" if layers else "")
     if problems:
-        raise TemplateError(f"template {template.model} does not reproduce the trace at {where}: "
-                            f"{len(problems)} op(s) differ, first:\n  " + "\n  ".join(problems[:5]))
+        raise TemplateError(
+            f"template {template.model} does not reproduce the trace at {where}: "
+            f"{len(problems)} op(s) differ, first:\n  " + "\n  ".join(problems[:5])
+        )
     log.info("  %s reproduces the live trace at %s (%d ops)", template.model, where, len(live))
 
 
@@ -316,8 +366,11 @@ def _make(model: str, trace, sizes, check_sizes, blocks: int) -> Dict[str, Any]:
     first, second = trace(sizes, layers), trace(check_sizes, layers)
     ints, floats = sized_attrs(first, second)
     if floats:
-        log.warning("  %s: float attrs %s depend on the sizes; templates keep the traced values",
-                    model, sorted(floats))
+        log.warning(
+            "  %s: float attrs %s depend on the sizes; templates keep the traced values",
+            model,
+            sorted(floats),
+        )
     data = make_template(first, model, sizes, blocks, ints)
     template = Template(json.loads(json.dumps(data)))  # exactly what load() will see
     _check(template, second, check_sizes, layers, skip_attrs=floats)
@@ -332,20 +385,33 @@ def _write(data: Dict[str, Any], path: str) -> None:
     head = json.dumps({k: v for k, v in data.items() if k != "ops"}, indent=1)[:-2]
     body = ",\n".join(json.dumps(op) for op in data["ops"])
     with open(path, "w") as f:
-        f.write(f"{head},\n \"ops\": [\n{body}\n]}}\n")
+        f.write(f'{head},\n "ops": [\n{body}\n]}}\n')
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oneflow_autoddl.adapter.templates", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m oneflow_autoddl.adapter.templates",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default=TEMPLATE_DIR, help="directory for the JSON templates")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     os.makedirs(args.out, exist_ok=True)
-    jobs = [(f"gpt-{variant}", lambda s, n, fused=fused: trace_gpt(s, n, fused), GPT_SIZES, GPT_CHECK,
-             TEMPLATE_BLOCKS) for variant, fused in (("cpu", False), ("cuda", True))]
-    jobs += [(f"vgg{depth}", lambda s, n, depth=depth: trace_vgg(depth, s), VGG_SIZES, VGG_CHECK, 0)
-             for depth in VGG_DEPTHS]
+    jobs = [
+        (
+            f"gpt-{variant}",
+            lambda s, n, fused=fused: trace_gpt(s, n, fused),
+            GPT_SIZES,
+            GPT_CHECK,
+            TEMPLATE_BLOCKS,
+        )
+        for variant, fused in (("cpu", False), ("cuda", True))
+    ]
+    jobs += [
+        (f"vgg{depth}", lambda s, n, depth=depth: trace_vgg(depth, s), VGG_SIZES, VGG_CHECK, 0)
+        for depth in VGG_DEPTHS
+    ]
     for model, trace, sizes, check_sizes, blocks in jobs:
         log.info("%s: tracing at %s", model, sizes)
         data = _make(model, trace, sizes, check_sizes, blocks)

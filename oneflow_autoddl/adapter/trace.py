@@ -3,6 +3,7 @@
 Run it on one rank (plain `python`); the planner then moves the Job onto any mesh
 (oneflow_autoddl.remesh) and plans it for any cluster, no GPUs needed.
 """
+
 import oneflow as flow
 
 

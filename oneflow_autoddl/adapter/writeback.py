@@ -14,6 +14,7 @@ have a separated header the CommNet cannot register. So a variable whose consume
 another SBP is read through an inserted identity op (`<var>-autoddl-copy`), whose
 ordinary buffer can be sent. The copy is local: the shard, once per step.
 """
+
 from typing import Dict, List, Tuple
 
 from oneflow.core.job import job_pb2
@@ -36,8 +37,10 @@ def check_signatures(graph: Graph, plan: Plan) -> None:
         op = graph.op(name)
         sig = plan.signature(name)
         if sig not in candidates(graph, op):
-            raise InvalidPlan(f"op {name} ({op.type}): signature {format_signature(sig)} is not one "
-                              f"OneFlow 0.9.0 accepts on {op.placement}")
+            raise InvalidPlan(
+                f"op {name} ({op.type}): signature {format_signature(sig)} is not one "
+                f"OneFlow 0.9.0 accepts on {op.placement}"
+            )
 
 
 def write_plan(job: job_pb2.Job, plan: Plan) -> job_pb2.Job:
@@ -75,13 +78,19 @@ def write_signatures(job: job_pb2.Job, planned: Dict[str, Signature]) -> job_pb2
 COPY_SUFFIX = "-autoddl-copy"
 
 
-def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str, Tuple[tuple, List[tuple]]]:
+def _boxed_readers(
+    job: job_pb2.Job, planned: Dict[str, Signature]
+) -> Dict[str, Tuple[tuple, List[tuple]]]:
     """variable op -> (its SBP, [(consumer op conf, arg, index)] reading it in another SBP).
     A variable's SBP is the one in the Job, where write_signatures has put the plan's: a
     variable the plan holds (a parameter another graph already placed) keeps its split there,
     and its readers must not box it either."""
     own = signatures_of(job)
-    variables = {op.name: own[op.name]["out"] for op in job.net.op if op.HasField("variable_conf") and op.name in own}
+    variables = {
+        op.name: own[op.name]["out"]
+        for op in job.net.op
+        if op.HasField("variable_conf") and op.name in own
+    }
     readers: Dict[str, Tuple[tuple, List[tuple]]] = {}
     for op in job.net.op:
         if not op.HasField("user_conf") or op.name not in planned:
@@ -89,8 +98,11 @@ def _boxed_readers(job: job_pb2.Job, planned: Dict[str, Signature]) -> Dict[str,
         for arg, lbns in op.user_conf.input.items():
             for i, lbn in enumerate(lbns.s):
                 var = lbn.split("/")[0]
-                if var in variables and planned[op.name][f"{arg}_{i}"] != variables[var] \
-                        and any(s.is_split for s in variables[var]):
+                if (
+                    var in variables
+                    and planned[op.name][f"{arg}_{i}"] != variables[var]
+                    and any(s.is_split for s in variables[var])
+                ):
                     readers.setdefault(var, (variables[var], []))[1].append((op, arg, i))
     return readers
 
@@ -123,9 +135,13 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
         args["in_0"].op_name, args["in_0"].blob_name = var, "out"
         args["out_0"].op_name, args["out_0"].blob_name = name, "out_0"
         for bn in ("in_0", "out_0"):
-            view.op_name2nd_sbp_signature_conf[name].bn_in_op2nd_sbp[bn].sbp_parallel.extend(to_proto(s) for s in nd)
+            view.op_name2nd_sbp_signature_conf[name].bn_in_op2nd_sbp[bn].sbp_parallel.extend(
+                to_proto(s) for s in nd
+            )
             if var in one_d_ops:
-                view.op_name2sbp_signature_conf[name].bn_in_op2sbp_parallel[bn].CopyFrom(to_proto(nd[0]))
+                view.op_name2sbp_signature_conf[name].bn_in_op2sbp_parallel[bn].CopyFrom(
+                    to_proto(nd[0])
+                )
         for group in job.placement.placement_group:
             if var in group.op_set.op_name:
                 group.op_set.op_name.append(name)
@@ -138,7 +154,11 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
 def compiled_mismatches(compiled: job_pb2.Job, plan: Plan) -> List[str]:
     """One line per planned op whose compiled signature differs from the plan."""
     actual: Dict[str, Signature] = signatures_of(compiled)
-    variables = {op.name: list(op.variable_conf.nd_sbp) for op in compiled.net.op if op.HasField("variable_conf")}
+    variables = {
+        op.name: list(op.variable_conf.nd_sbp)
+        for op in compiled.net.op
+        if op.HasField("variable_conf")
+    }
     problems = []
     for name, entry in plan.ops.items():
         got = actual.get(name)
@@ -160,4 +180,5 @@ def compiled_mismatches(compiled: job_pb2.Job, plan: Plan) -> List[str]:
 
 def _parse(text: str):
     from ..sbp import parse_sbp
+
     return parse_sbp(text)

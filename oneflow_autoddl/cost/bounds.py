@@ -9,6 +9,7 @@ move at least (in elements; d1 >= d2 >= d3 are the sorted dimensions)
 SPAA 2022). A plan that replicates the work (B everywhere) is not load-balanced and
 can move less; the ratio bytes / bound is meant for plans that split the work.
 """
+
 import math
 from typing import Optional, Tuple
 

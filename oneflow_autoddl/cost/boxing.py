@@ -15,6 +15,7 @@ This module reproduces that choice of path (`oneflow_lazy_cost` is the formula o
 sbp_infer_util.cpp, see ../shared/ONEFLOW_0.9_NOTES.md 3) and prices each hop with the
 backend's own cost: NCCL ring collectives on CUDA, OneFlow's slice boxing over sockets on CPU.
 """
+
 import itertools
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -36,11 +37,17 @@ def collective_of(src: Sbp, dst: Sbp) -> str:
     return "reduce_scatter" if dst.kind == "S" else "all_reduce"
 
 
-COLLECTIVE_COSTS = {"all_gather": all_gather, "reduce_scatter": reduce_scatter, "all_reduce": all_reduce,
-                    "all_to_all": all_to_all}
+COLLECTIVE_COSTS = {
+    "all_gather": all_gather,
+    "reduce_scatter": reduce_scatter,
+    "all_reduce": all_reduce,
+    "all_to_all": all_to_all,
+}
 
 
-def nccl_axis_cost(src: Sbp, dst: Sbp, group_bytes: float, group_elems: float, p: int, link: Link) -> Transfer:
+def nccl_axis_cost(
+    src: Sbp, dst: Sbp, group_bytes: float, group_elems: float, p: int, link: Link
+) -> Transfer:
     """Ring collectives, as OneFlow's collective boxing runs them through NCCL."""
     if src == dst or src.kind == "B":
         return FREE  # B -> S is a local slice, B -> P keeps one copy and zeros the rest
@@ -57,8 +64,9 @@ def _pad(b: float, align: int = 512) -> float:
 MESSAGE_OVERHEAD = 536
 
 
-def oneflow_cpu_axis_cost(src: Sbp, dst: Sbp, group_bytes: float, group_elems: float, p: int,
-                          link: Link) -> Transfer:
+def oneflow_cpu_axis_cost(
+    src: Sbp, dst: Sbp, group_bytes: float, group_elems: float, p: int, link: Link
+) -> Transfer:
     """OneFlow's CPU slice boxing: one socket transfer per (sender, receiver, slice).
 
     Bytes per device match the ring collectives (S->B, P->S: (p-1)/p; P->B: 2(p-1)/p as
@@ -72,7 +80,9 @@ def oneflow_cpu_axis_cost(src: Sbp, dst: Sbp, group_bytes: float, group_elems: f
     if kind == "all_to_all":
         messages, piece = p - 1, group_bytes / (p * p)
     elif kind == "all_reduce":
-        messages, piece = (p - 1, group_bytes) if group_elems < p else (2 * (p - 1), group_bytes / p)
+        messages, piece = (
+            (p - 1, group_bytes) if group_elems < p else (2 * (p - 1), group_bytes / p)
+        )
     else:
         messages, piece = p - 1, group_bytes / p
     sent = messages * (_pad(piece) + MESSAGE_OVERHEAD)
@@ -105,7 +115,8 @@ def _mergeable(shape: Sequence[int], s: Sbp, n: int) -> bool:
 
 
 def reduce_pair(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int]):
-    """OneFlow's InOutParallelDimReduce: (reduced hierarchy, src, dst), with groups of merged axes."""
+    """OneFlow's InOutParallelDimReduce: (reduced hierarchy, src, dst), with groups of merged
+    axes."""
     axes = [(h, [d], src[d], dst[d]) for d, h in enumerate(hierarchy) if h > 1]
     merged: List[tuple] = []
     for h, ds, a, b in axes:
@@ -139,13 +150,15 @@ def _lazy_1d(a: Sbp, b: Sbp, t: float, n: int, two_d: bool) -> float:
     return t * (n - 1) if b.kind == "S" else 2 * t * (n - 1)
 
 
-def oneflow_lazy_cost(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int], t: float) -> float:
+def oneflow_lazy_cost(
+    src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int], t: float
+) -> float:
     """ComputeLazyCopyCostBetweenNdSbp on one placement: INF where OneFlow needs middle nodes."""
     axes = reduce_pair(src, dst, hierarchy, shape)
     if all(a == b for _, _, a, b in axes):
         return 0.0
     if len(axes) == 1:
-        (n, _, a, b), = axes
+        ((n, _, a, b),) = axes
         return _TC + _lazy_1d(a, b, t, n, False)
     if len(axes) != 2:
         return INF
@@ -159,8 +172,14 @@ def oneflow_lazy_cost(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: S
     return _TC + _lazy_1d(diff[0], diff[1], t_eff, h_diff, True)
 
 
-def _direct_cost(src: NdSbp, dst: NdSbp, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks],
-                 axis_cost: AxisCost) -> Transfer:
+def _direct_cost(
+    src: NdSbp,
+    dst: NdSbp,
+    shape: Sequence[int],
+    nbytes: float,
+    axes: Sequence[AxisLinks],
+    axis_cost: AxisCost,
+) -> Transfer:
     """One hop: a 1-D move on each (possibly merged) mesh axis that changes, last axis first.
 
     OneFlow does a hop with one changing axis as that 1-D move in every group; a hop that
@@ -173,7 +192,7 @@ def _direct_cost(src: NdSbp, dst: NdSbp, shape: Sequence[int], nbytes: float, ax
         if a == b:
             continue
         share = math.prod(hierarchy[k] for k, s in enumerate(state) if k not in ds and s.is_split)
-        link = min((axes[d].link for d in ds), key=lambda l: l.bandwidth)
+        link = min((axes[d].link for d in ds), key=lambda link: link.bandwidth)
         total = total + axis_cost(a, b, nbytes / share, numel / share, n, link)
         for d in ds:
             state[d] = b
@@ -197,11 +216,13 @@ def collector_paths(costs: np.ndarray, max_middle: int) -> Dict[Tuple[int, int],
             reach = np.where(np.isfinite(costs), costs, INF)
             np.fill_diagonal(reach, INF)
         else:
-            for (i, k) in via:
+            for i, k in via:
                 reach[i, k] = best[i, k]
         direct_kj = np.where(np.isfinite(costs), costs, INF)
         np.fill_diagonal(direct_kj, INF)
-        todo = [(i, j) for i in range(n) for j in range(n) if i != j and not np.isfinite(best[i, j])]
+        todo = [
+            (i, j) for i in range(n) for j in range(n) if i != j and not np.isfinite(best[i, j])
+        ]
         for i, j in todo:
             total = reach[i, :] + direct_kj[:, j]
             total[[i, j]] = INF
@@ -227,8 +248,14 @@ def _virtual_table(world: int):
         t = float(h * h) ** 6
         alphabet = [B, P] + [S(i) for i in range(6)]
         states = list(itertools.product(alphabet, repeat=2))
-        costs = np.array([[oneflow_lazy_cost(a, b, (h, h), vshape, t) for b in states] for a in states])
-        _VIRTUAL[world] = ({st: i for i, st in enumerate(states)}, states, collector_paths(costs, 3))
+        costs = np.array(
+            [[oneflow_lazy_cost(a, b, (h, h), vshape, t) for b in states] for a in states]
+        )
+        _VIRTUAL[world] = (
+            {st: i for i, st in enumerate(states)},
+            states,
+            collector_paths(costs, 3),
+        )
     return _VIRTUAL[world]
 
 
@@ -236,7 +263,9 @@ def _all_same_split(nd: NdSbp) -> bool:
     return len(set(nd)) == 1 and nd[0].is_split
 
 
-def cpu_hop_supported(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int]) -> bool:
+def cpu_hop_supported(
+    src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: Sequence[int]
+) -> bool:
     """Whether OneFlow 0.9.0 has a CPU boxing builder for this one hop.
 
     Its dispatcher (hierarchical_sub_task_graph_builder_impl.cpp) sends a hop that reduces to
@@ -255,7 +284,11 @@ def cpu_hop_supported(src: NdSbp, dst: NdSbp, hierarchy: Sequence[int], shape: S
         return False
     intra = src[0] == dst[0]
     inter = src[1] == dst[1] and not (_all_same_split(src) or _all_same_split(dst))
-    return (intra or inter) and evenly_split(shape, src, hierarchy) and evenly_split(shape, dst, hierarchy)
+    return (
+        (intra or inter)
+        and evenly_split(shape, src, hierarchy)
+        and evenly_split(shape, dst, hierarchy)
+    )
 
 
 class TransitionTable:
@@ -266,14 +299,28 @@ class TransitionTable:
     cheapest by its formula, least storage on the real shape) and costs the sum of its hops.
     """
 
-    def __init__(self, shape: Sequence[int], nbytes: float, axes: Sequence[AxisLinks], axis_cost: AxisCost,
-                 cpu_builders: bool = False):
-        self.shape, self.nbytes, self.axes, self.axis_cost = tuple(shape), nbytes, tuple(axes), axis_cost
+    def __init__(
+        self,
+        shape: Sequence[int],
+        nbytes: float,
+        axes: Sequence[AxisLinks],
+        axis_cost: AxisCost,
+        cpu_builders: bool = False,
+    ):
+        self.shape, self.nbytes, self.axes, self.axis_cost = (
+            tuple(shape),
+            nbytes,
+            tuple(axes),
+            axis_cost,
+        )
         self.cpu_builders = cpu_builders
         self.hierarchy = tuple(a.size for a in axes)
         alphabet = [B, P] + [S(i) for i in range(len(shape))]
-        self.states = [st for st in itertools.product(alphabet, repeat=len(axes))
-                       if _valid(shape, st, self.hierarchy)]
+        self.states = [
+            st
+            for st in itertools.product(alphabet, repeat=len(axes))
+            if _valid(shape, st, self.hierarchy)
+        ]
         self.index = {st: i for i, st in enumerate(self.states)}
         self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
         self._custom = None
@@ -292,7 +339,8 @@ class TransitionTable:
         return total
 
     def _route(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
-        """Middle nodes from the virtual table, else from the real shape (the customized collector)."""
+        """Middle nodes from the virtual table, else from the real shape (the customized
+        collector)."""
         if len(reduce_pair(src, dst, self.hierarchy, self.shape)) == 1:
             return [src, (B,) * len(self.hierarchy), dst]  # S -> P: OneFlow inserts B (1-D rule)
         if len(self.hierarchy) != 2 or len(self.shape) > 6:
@@ -309,10 +357,17 @@ class TransitionTable:
     def _custom_options(self, src: NdSbp, dst: NdSbp) -> List[List[NdSbp]]:
         if self._custom is None:
             t = self.nbytes
-            costs = np.array([[oneflow_lazy_cost(a, b, self.hierarchy, self.shape, t) for b in self.states]
-                              for a in self.states])
+            costs = np.array(
+                [
+                    [oneflow_lazy_cost(a, b, self.hierarchy, self.shape, t) for b in self.states]
+                    for a in self.states
+                ]
+            )
             self._custom = collector_paths(costs, 5)
-        return [[self.states[k] for k in ls] for ls in self._custom.get((self.index[src], self.index[dst]), [])]
+        return [
+            [self.states[k] for k in ls]
+            for ls in self._custom.get((self.index[src], self.index[dst]), [])
+        ]
 
     def path(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
         if src not in self.index or dst not in self.index:
@@ -331,8 +386,9 @@ class TransitionTable:
         path = self.path(src, dst)
         if path is None:
             return None
-        if self.cpu_builders and not all(cpu_hop_supported(a, b, self.hierarchy, self.shape)
-                                         for a, b in zip(path, path[1:])):
+        if self.cpu_builders and not all(
+            cpu_hop_supported(a, b, self.hierarchy, self.shape) for a, b in zip(path, path[1:])
+        ):
             return None
         total = FREE
         for a, b in zip(path, path[1:]):

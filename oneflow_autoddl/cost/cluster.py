@@ -4,8 +4,10 @@ A cluster is nodes of identical devices joined by two levels of links: within a 
 (NVLink, or shared memory for CPU ranks) and across nodes (InfiniBand, Aries, ...).
 Ranks fill nodes in order (rank r is on node r // devices per node), and a placement
 lists its ranks row-major over the mesh, so with ranks 0..n-1 the last mesh axis is the
-one that stays inside a node. Each mesh axis is costed on the slowest link its groups cross. See presets/*.json for the schema by example, with the figures' sources.
+one that stays inside a node. Each mesh axis is costed on the slowest link its groups cross. See
+presets/*.json for the schema by example, with the figures' sources.
 """
+
 import json
 import os
 from dataclasses import dataclass
@@ -22,7 +24,14 @@ BACKENDS = ("nccl", "oneflow-cpu")
 # LayerNorm's per-row statistics, bias_add over NCHW channels), reductions across a kept axis,
 # activations with transcendental functions, and the optimizers' updates (a scalar loop an
 # element). A cluster file may give each its own bandwidth (bytes the op reads and writes, per s).
-KERNEL_KINDS = ("inner_broadcast", "reduce", "transcendental", "sgd_update", "momentum_update", "adam_update")
+KERNEL_KINDS = (
+    "inner_broadcast",
+    "reduce",
+    "transcendental",
+    "sgd_update",
+    "momentum_update",
+    "adam_update",
+)
 # The collectives behind SBP transitions (cost.boxing). A link level may give any of them its
 # own bandwidth and latency: on CPU, OneFlow's boxing moves bytes at a rate that depends on the
 # collective (its slicing, adding and socket work), measured by `calibrate`.
@@ -49,7 +58,9 @@ class Link:
     def to_json(self, bandwidth_key: str, devices: int) -> Dict[str, Any]:
         out: Dict[str, Any] = {bandwidth_key: self.bandwidth * devices, "latency": self.latency}
         if self.collectives:
-            out["collectives"] = {k: {bandwidth_key: bw * devices, "latency": lat} for k, bw, lat in self.collectives}
+            out["collectives"] = {
+                k: {bandwidth_key: bw * devices, "latency": lat} for k, bw, lat in self.collectives
+            }
         return out
 
 
@@ -66,13 +77,18 @@ class Cluster:
     intra: Link
     inter: Link
     source: str
-    kernel_bandwidth: Mapping[str, float] = None  # KERNEL_KINDS -> bytes/s; absent: memory_bandwidth
+    kernel_bandwidth: Mapping[str, float] = (
+        None  # KERNEL_KINDS -> bytes/s; absent: memory_bandwidth
+    )
     op_overhead: float = 0.0  # seconds every op costs, whatever its size (scheduling, launch)
-    comm_overlap: float = 0.0  # fraction of a boxing's time the device computes through (cost.schedule)
+    comm_overlap: float = (
+        0.0  # fraction of a boxing's time the device computes through (cost.schedule)
+    )
 
     @property
     def concurrent_boxing(self) -> bool:
-        """OneFlow's CPU boxings wait on their peers at once; NCCL collectives queue on one stream."""
+        """OneFlow's CPU boxings wait on their peers at once; NCCL collectives queue on one
+        stream."""
         return self.backend == "oneflow-cpu"
 
     @property
@@ -87,14 +103,24 @@ class Cluster:
 
     def to_json(self) -> Dict[str, Any]:
         return {
-            "name": self.name, "backend": self.backend, "nodes": self.nodes,
-            "devices_per_node": self.devices_per_node, "source": self.source,
-            "device": {"name": self.device_name, "memory_bytes": self.memory_bytes,
-                       "flops": dict(self.flops), "memory_bandwidth": self.memory_bandwidth,
-                       "kernel_bandwidth": dict(self.kernel_bandwidth or {}), "op_overhead": self.op_overhead,
-                       "comm_overlap": self.comm_overlap},
-            "links": {"intra_node": self.intra.to_json("bandwidth_per_device", 1),
-                      "inter_node": self.inter.to_json("bandwidth_per_node", self.devices_per_node)},
+            "name": self.name,
+            "backend": self.backend,
+            "nodes": self.nodes,
+            "devices_per_node": self.devices_per_node,
+            "source": self.source,
+            "device": {
+                "name": self.device_name,
+                "memory_bytes": self.memory_bytes,
+                "flops": dict(self.flops),
+                "memory_bandwidth": self.memory_bandwidth,
+                "kernel_bandwidth": dict(self.kernel_bandwidth or {}),
+                "op_overhead": self.op_overhead,
+                "comm_overlap": self.comm_overlap,
+            },
+            "links": {
+                "intra_node": self.intra.to_json("bandwidth_per_device", 1),
+                "inter_node": self.inter.to_json("bandwidth_per_node", self.devices_per_node),
+            },
         }
 
 
@@ -123,15 +149,30 @@ def _field(data: Mapping[str, Any], path: str, kind=float, positive: bool = True
 
 def _link(data: Mapping[str, Any], path: str, bandwidth_key: str, devices: int) -> Link:
     """A link level; `bandwidth_key` is per device or per node (then shared by `devices`)."""
-    kinds = _field(data, f"{path}.collectives", Mapping) if "collectives" in _field(data, path, Mapping) else {}
+    kinds = (
+        _field(data, f"{path}.collectives", Mapping)
+        if "collectives" in _field(data, path, Mapping)
+        else {}
+    )
     for kind in kinds:
         if kind not in COLLECTIVES:
-            raise ClusterError(f"cluster field '{path}.collectives.{kind}' is not a collective: "
-                               f"use {', '.join(COLLECTIVES)}")
-    collectives = tuple((kind, _field(data, f"{path}.collectives.{kind}.{bandwidth_key}") / devices,
-                         _field(data, f"{path}.collectives.{kind}.latency", positive=False)) for kind in kinds)
-    return Link(_field(data, f"{path}.{bandwidth_key}") / devices, _field(data, f"{path}.latency", positive=False),
-                collectives)
+            raise ClusterError(
+                f"cluster field '{path}.collectives.{kind}' is not a collective: "
+                f"use {', '.join(COLLECTIVES)}"
+            )
+    collectives = tuple(
+        (
+            kind,
+            _field(data, f"{path}.collectives.{kind}.{bandwidth_key}") / devices,
+            _field(data, f"{path}.collectives.{kind}.latency", positive=False),
+        )
+        for kind in kinds
+    )
+    return Link(
+        _field(data, f"{path}.{bandwidth_key}") / devices,
+        _field(data, f"{path}.latency", positive=False),
+        collectives,
+    )
 
 
 def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
@@ -146,26 +187,49 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
         raise ClusterError("cluster field 'device.flops.float32' is missing")
     for dtype in flops:
         _field(data, f"device.flops.{dtype}")
-    kernels = _field(data, "device.kernel_bandwidth", Mapping) if "kernel_bandwidth" in data.get("device", {}) else {}
+    kernels = (
+        _field(data, "device.kernel_bandwidth", Mapping)
+        if "kernel_bandwidth" in data.get("device", {})
+        else {}
+    )
     for kind in kernels:
         if kind not in KERNEL_KINDS:
-            raise ClusterError(f"cluster field 'device.kernel_bandwidth.{kind}' is not a kernel kind: "
-                               f"use {', '.join(KERNEL_KINDS)}")
+            raise ClusterError(
+                f"cluster field 'device.kernel_bandwidth.{kind}' is not a kernel kind: "
+                f"use {', '.join(KERNEL_KINDS)}"
+            )
         _field(data, f"device.kernel_bandwidth.{kind}")
-    overhead = _field(data, "device.op_overhead", positive=False) if "op_overhead" in data.get("device", {}) else 0.0
-    overlap = _field(data, "device.comm_overlap", positive=False) if "comm_overlap" in data.get("device", {}) else 0.0
+    overhead = (
+        _field(data, "device.op_overhead", positive=False)
+        if "op_overhead" in data.get("device", {})
+        else 0.0
+    )
+    overlap = (
+        _field(data, "device.comm_overlap", positive=False)
+        if "comm_overlap" in data.get("device", {})
+        else 0.0
+    )
     if overlap > 1:
-        raise ClusterError(f"cluster field 'device.comm_overlap' is a fraction of the boxing time, 0 to 1, not {overlap!r}")
+        raise ClusterError(
+            "cluster field 'device.comm_overlap' is a fraction of the boxing time, 0 to 1, "
+            f"not {overlap!r}"
+        )
     dpn = _field(data, "devices_per_node", int)
     return Cluster(
-        name=_field(data, "name", str), backend=backend, nodes=_field(data, "nodes", int),
-        devices_per_node=dpn, device_name=_field(data, "device.name", str),
-        memory_bytes=_field(data, "device.memory_bytes"), flops={k: float(v) for k, v in flops.items()},
+        name=_field(data, "name", str),
+        backend=backend,
+        nodes=_field(data, "nodes", int),
+        devices_per_node=dpn,
+        device_name=_field(data, "device.name", str),
+        memory_bytes=_field(data, "device.memory_bytes"),
+        flops={k: float(v) for k, v in flops.items()},
         memory_bandwidth=_field(data, "device.memory_bandwidth"),
         intra=_link(data, "links.intra_node", "bandwidth_per_device", 1),
         inter=_link(data, "links.inter_node", "bandwidth_per_node", dpn),
-        source=_field(data, "source", str), kernel_bandwidth={k: float(v) for k, v in kernels.items()},
-        op_overhead=overhead, comm_overlap=overlap,
+        source=_field(data, "source", str),
+        kernel_bandwidth={k: float(v) for k, v in kernels.items()},
+        op_overhead=overhead,
+        comm_overlap=overlap,
     )
 
 
@@ -179,8 +243,10 @@ def load_cluster(name_or_path: str) -> Cluster:
     if not os.path.exists(path):
         path = os.path.join(PRESET_DIR, f"{name_or_path}.json")
         if not os.path.exists(path):
-            raise ClusterError(f"unknown cluster {name_or_path!r}: give a JSON file or one of "
-                               f"{', '.join(preset_names())}")
+            raise ClusterError(
+                f"unknown cluster {name_or_path!r}: give a JSON file or one of "
+                f"{', '.join(preset_names())}"
+            )
     try:
         with open(path) as f:
             data = json.load(f)
@@ -209,8 +275,12 @@ class MeshMapping:
         return -(-mesh_size(self.mesh) // self.cluster.devices_per_node)
 
 
-def map_mesh(cluster: Cluster, mesh: Sequence[int], ranks: Optional[Sequence[int]] = None,
-             ranks_per_node: Optional[int] = None) -> MeshMapping:
+def map_mesh(
+    cluster: Cluster,
+    mesh: Sequence[int],
+    ranks: Optional[Sequence[int]] = None,
+    ranks_per_node: Optional[int] = None,
+) -> MeshMapping:
     """Place the mesh's ranks (row-major; default 0..n-1) on nodes of `ranks_per_node` ranks
     (default: the cluster's devices per node) and find the links each mesh axis crosses.
 
@@ -223,22 +293,30 @@ def map_mesh(cluster: Cluster, mesh: Sequence[int], ranks: Optional[Sequence[int
     ranks = list(range(total)) if ranks is None else list(ranks)
     per_node = ranks_per_node or cluster.devices_per_node
     if len(ranks) != total:
-        raise ClusterError(f"mesh {format_mesh(mesh)} has {total} positions but {len(ranks)} ranks were given")
+        raise ClusterError(
+            f"mesh {format_mesh(mesh)} has {total} positions but {len(ranks)} ranks were given"
+        )
     if total > cluster.devices:
-        raise ClusterError(f"mesh {format_mesh(mesh)} needs {total} devices but cluster {cluster.name!r} "
-                           f"has {cluster.devices} ({cluster.nodes} nodes x {cluster.devices_per_node})")
+        raise ClusterError(
+            f"mesh {format_mesh(mesh)} needs {total} devices but cluster {cluster.name!r} "
+            f"has {cluster.devices} ({cluster.nodes} nodes x {cluster.devices_per_node})"
+        )
     if per_node > cluster.devices_per_node:
-        raise ClusterError(f"{per_node} ranks per node, but cluster {cluster.name!r} has "
-                           f"{cluster.devices_per_node} devices per node")
+        raise ClusterError(
+            f"{per_node} ranks per node, but cluster {cluster.name!r} has "
+            f"{cluster.devices_per_node} devices per node"
+        )
     grid = np.array(ranks).reshape(mesh) // per_node
     axes = []
     for d, size in enumerate(mesh):
         groups = np.moveaxis(grid, d, -1).reshape(-1, size)
         spread = {tuple(sorted(np.unique(g, return_counts=True)[1].tolist())) for g in groups}
         if len(spread) > 1:
-            raise ClusterError(f"mesh axis {d} ({size} devices) of {format_mesh(mesh)} puts its groups on nodes "
-                               f"of {per_node} devices unevenly (some inside one node, some across): make the "
-                               f"axis divide the devices per node, or span whole nodes")
+            raise ClusterError(
+                f"mesh axis {d} ({size} devices) of {format_mesh(mesh)} puts its groups on nodes "
+                f"of {per_node} devices unevenly (some inside one node, some across): make the "
+                f"axis divide the devices per node, or span whole nodes"
+            )
         crosses = len(next(iter(spread))) > 1
         axes.append(AxisLinks(size, cluster.inter if crosses else cluster.intra, crosses))
     return MeshMapping(cluster, mesh, tuple(axes))

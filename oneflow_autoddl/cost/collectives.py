@@ -4,6 +4,7 @@
 the splits on the other mesh axes); `p` is the axis size. Bytes are what one device
 sends, the quantity the OneFlow CPU runtime lets us measure exactly.
 """
+
 from dataclasses import dataclass
 
 from .cluster import Link
@@ -13,10 +14,14 @@ from .cluster import Link
 class Transfer:
     bytes: float  # sent by one device
     time: float
-    latency: float = 0.0  # of `time`, the alpha terms: waiting on peers, not moving bytes (cost.schedule)
+    latency: float = (
+        0.0  # of `time`, the alpha terms: waiting on peers, not moving bytes (cost.schedule)
+    )
 
     def __add__(self, other: "Transfer") -> "Transfer":
-        return Transfer(self.bytes + other.bytes, self.time + other.time, self.latency + other.latency)
+        return Transfer(
+            self.bytes + other.bytes, self.time + other.time, self.latency + other.latency
+        )
 
     def scaled(self, k: float) -> "Transfer":
         return Transfer(self.bytes * k, self.time * k, self.latency * k)

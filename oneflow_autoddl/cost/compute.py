@@ -8,6 +8,7 @@ cluster's fixed cost per op.
 Work is taken on the local shapes, so an op under B does the full, replicated work.
 Variables cost only the cost per op: their kernels move nothing.
 """
+
 import math
 from typing import Dict, Tuple
 
@@ -18,7 +19,8 @@ from .cluster import Cluster
 
 
 def local_numel(shape, nd: NdSbp, hierarchy) -> int:
-    """Elements on the most loaded device (OneFlow gives the remainder of an uneven split to the first)."""
+    """Elements on the most loaded device (OneFlow gives the remainder of an uneven split to the
+    first)."""
     dims = list(shape)
     for sbp, h in zip(nd, hierarchy):
         if sbp.is_split and sbp.axis < len(dims):
@@ -54,7 +56,11 @@ def op_time(cluster: Cluster, graph: Graph, op: Op, sig: Signature) -> float:
     hierarchy = op.placement.hierarchy
     io_bytes = sum(blob_bytes(graph, op, bn, nd, hierarchy) for bn, nd in sig.items())
     rule = get_rule(op.type) if has_rule(op.type) else None
-    kind = rule.kernel_kind(OpView(graph, op, 1)) if rule is not None and rule.kernel is not None else None
+    kind = (
+        rule.kernel_kind(OpView(graph, op, 1))
+        if rule is not None and rule.kernel is not None
+        else None
+    )
     memory_time = io_bytes / cluster.bandwidth_for(kind)
     if rule is None or rule.flops is None:
         return cluster.op_overhead + memory_time

@@ -4,6 +4,7 @@ Everything is per device and per training step: boxing bytes and time of each te
 transition (cost.boxing over the links of each mesh axis, cost.cluster), compute time
 and memory of each op under a signature (cost.compute).
 """
+
 import math
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -19,8 +20,13 @@ NO_TRANSFER = Transfer(0.0, 0.0)
 
 
 class CostModel:
-    def __init__(self, cluster: Cluster, mesh: Sequence[int], ranks: Optional[Sequence[int]] = None,
-                 ranks_per_node: Optional[int] = None):
+    def __init__(
+        self,
+        cluster: Cluster,
+        mesh: Sequence[int],
+        ranks: Optional[Sequence[int]] = None,
+        ranks_per_node: Optional[int] = None,
+    ):
         self.cluster = cluster
         self.mapping: MeshMapping = map_mesh(cluster, mesh, ranks, ranks_per_node)
         self.mesh = tuple(mesh)
@@ -37,8 +43,13 @@ class CostModel:
         table = self._tables.get(key)
         if table is None:
             nbytes = math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
-            table = self._tables[key] = TransitionTable(tuple(shape), nbytes, self.mapping.axes, self.axis_cost,
-                                                        cpu_builders=self.cluster.backend == "oneflow-cpu")
+            table = self._tables[key] = TransitionTable(
+                tuple(shape),
+                nbytes,
+                self.mapping.axes,
+                self.axis_cost,
+                cpu_builders=self.cluster.backend == "oneflow-cpu",
+            )
         return table
 
     def transfer(self, src: NdSbp, dst: NdSbp, shape: Sequence[int], dtype: str) -> Transfer:

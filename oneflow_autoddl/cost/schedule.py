@@ -18,6 +18,7 @@ finished, and the compute stream spends (1 - overlap) of the time it moves bytes
 boxing's consumers start when it has moved its bytes and its latency has passed, which with
 `concurrent` boxings holds no stream.
 """
+
 import heapq
 from dataclasses import dataclass
 from typing import Collection, List, Mapping, Tuple
@@ -31,7 +32,9 @@ Boxings = Mapping[str, Tuple[float, float, Collection[str]]]
 @dataclass
 class Schedule:
     step_time: float  # when the last op or boxing ends
-    exposed_comm_time: float  # the part of it not spent computing: boxing the compute could not hide
+    exposed_comm_time: (
+        float  # the part of it not spent computing: boxing the compute could not hide
+    )
 
 
 class Scheduler:
@@ -41,20 +44,31 @@ class Scheduler:
         self.names = list(graph.ops)
         index = {name: i for i, name in enumerate(self.names)}
         self.inputs = [len(set(graph.ops[name].inputs.values())) for name in self.names]
-        self.outputs = [[(lbn, sorted({index[c] for c, _ in graph.tensor(lbn).consumers}))
-                         for lbn in graph.ops[name].outputs.values()] for name in self.names]
+        self.outputs = [
+            [
+                (lbn, sorted({index[c] for c, _ in graph.tensor(lbn).consumers}))
+                for lbn in graph.ops[name].outputs.values()
+            ]
+            for name in self.names
+        ]
 
-    def run(self, op_compute: Mapping[str, float], boxings: Boxings, overlap: float, concurrent: bool) -> Schedule:
+    def run(
+        self, op_compute: Mapping[str, float], boxings: Boxings, overlap: float, concurrent: bool
+    ) -> Schedule:
         """`op_compute`: seconds per op; `boxings`: per boxed tensor, its time, its latency and the
         consumers that wait for it (the others take it as produced); `overlap`: the fraction of
         the time a boxing moves bytes that the compute stream is free for other ops; `concurrent`:
         whether boxings wait on their peers at once, or one after another."""
         waiting, earliest = list(self.inputs), [0.0] * len(self.names)
-        pending: List[Tuple[float, int]] = [(0.0, i) for i, w in enumerate(waiting) if w == 0]  # (inputs at, op)
+        pending: List[Tuple[float, int]] = [
+            (0.0, i) for i, w in enumerate(waiting) if w == 0
+        ]  # (inputs at, op)
         ready: List[int] = []
         clock = comm_free = busy = end = 0.0
         for _ in self.names:
-            if not ready and pending[0][0] > clock:  # nothing to run: the stream idles until inputs come
+            if (
+                not ready and pending[0][0] > clock
+            ):  # nothing to run: the stream idles until inputs come
                 clock = pending[0][0]
             while pending and pending[0][0] <= clock:
                 heapq.heappush(ready, heapq.heappop(pending)[1])
@@ -79,4 +93,3 @@ class Scheduler:
                         heapq.heappush(pending, (earliest[j], j))
         step = max(clock, end)
         return Schedule(step, step - busy)
-

@@ -6,6 +6,7 @@ heads=3, head_dim=7 is `4*heads*head_dim`. Evaluating the monomial at other size
 dimension OneFlow would infer there, exactly, as long as every dimension is a product of
 sizes (no sums, no rounding) -- which the tracing tool checks against a second trace.
 """
+
 from typing import Dict, Mapping, Sequence, Tuple
 
 
@@ -14,7 +15,8 @@ class SymbolError(ValueError):
 
 
 def factorise(value: int, primes: Mapping[str, int]) -> str:
-    """`factorise(84, {"heads": 3, "head_dim": 7})` -> `"4*heads*head_dim"`; constants stay numbers."""
+    """`factorise(84, {"heads": 3, "head_dim": 7})` -> `"4*heads*head_dim"`; constants stay
+    numbers."""
     if value == 0:
         raise SymbolError("a zero dimension cannot be made symbolic")
     rest, factors = value, []

@@ -19,6 +19,7 @@ Each op of the JSON `ops` list holds:
 The op order is a sequence of runs of blocks (0,1,2 forward and in the optimizer part,
 2,1,0 backward); instantiating L blocks widens each run to 0..L-1 (or L-1..0).
 """
+
 import json
 import os
 from functools import lru_cache
@@ -33,8 +34,21 @@ TEMPLATE_BLOCKS = 3  # first, middle and last block
 
 
 class TemplateOp:
-    __slots__ = ("name", "step", "type", "role", "scope", "block", "sweep", "single", "inputs",
-                 "outputs", "attrs", "sym_attrs", "slot")
+    __slots__ = (
+        "name",
+        "step",
+        "type",
+        "role",
+        "scope",
+        "block",
+        "sweep",
+        "single",
+        "inputs",
+        "outputs",
+        "attrs",
+        "sym_attrs",
+        "slot",
+    )
 
     def __init__(self, d: Mapping[str, Any]):
         self.name: str = d["name"]
@@ -46,9 +60,11 @@ class TemplateOp:
         self.sweep: Optional[int] = d.get("sweep")
         self.single: bool = d.get("single", False)
         self.inputs: List[Tuple[str, int, str, int]] = [
-            (ibn, ref[0], ref[1], ref[2] if len(ref) > 2 else 0) for ibn, ref in d["inputs"].items()]
+            (ibn, ref[0], ref[1], ref[2] if len(ref) > 2 else 0) for ibn, ref in d["inputs"].items()
+        ]
         self.outputs: List[Tuple[str, List[str], str]] = [
-            (obn, dims, dtype) for obn, (dims, dtype) in d["outputs"].items()]
+            (obn, dims, dtype) for obn, (dims, dtype) in d["outputs"].items()
+        ]
         self.attrs: Dict[str, Any] = d.get("attrs", {})
         self.sym_attrs: Dict[str, Any] = d.get("sym_attrs", {})
         self.slot = -1  # index among its block's ops, set by Template
@@ -77,7 +93,9 @@ class Template:
                 self.layout.append((op.block == 0, sweeps[op.sweep]))
             sweeps[op.sweep].setdefault(op.block, []).append(pos)
         if self.blocks and sorted(per_block) != list(range(self.blocks)):
-            raise ValueError(f"template {self.model}: blocks {sorted(per_block)}, expected 0..{self.blocks - 1}")
+            raise ValueError(
+                f"template {self.model}: blocks {sorted(per_block)}, expected 0..{self.blocks - 1}"
+            )
 
     def expand(self, layers: int) -> List[Tuple[int, Optional[int]]]:
         """(template position, block index or None) of every op of an L-block graph, in order."""
@@ -88,23 +106,33 @@ class Template:
                 order.append((item, None))
                 continue
             ascending, by_block = item
-            for i in (range(layers) if ascending else reversed(range(layers))):
+            for i in range(layers) if ascending else reversed(range(layers)):
                 t = 0 if i == 0 else (last if i == layers - 1 else 1)
                 order.extend((pos, i) for pos in by_block[t])
         return order
 
-    def instantiate(self, sizes: Mapping[str, int], mesh: Sequence[int], device: str,
-                    ranks: Sequence[int], layers: Optional[int] = None,
-                    graph_name: Optional[str] = None) -> Graph:
+    def instantiate(
+        self,
+        sizes: Mapping[str, int],
+        mesh: Sequence[int],
+        device: str,
+        ranks: Sequence[int],
+        layers: Optional[int] = None,
+        graph_name: Optional[str] = None,
+    ) -> Graph:
         """The graph OneFlow would trace at `sizes` with `layers` blocks on `mesh`."""
         if self.blocks and (layers is None or layers < 2):
-            raise ValueError(f"{self.model} needs layers >= 2 (a first and a last block), not {layers}")
+            raise ValueError(
+                f"{self.model} needs layers >= 2 (a first and a last block), not {layers}"
+            )
         graph_name = graph_name or self.graph_name
         ev = Evaluator(sizes)
         main = Placement(device, tuple(ranks), tuple(mesh))
         single = Placement(device, (ranks[0],), (1,))
         # Shapes and attrs are the same for every copy of a template op: evaluate each once.
-        outs = [[(obn, ev.shape(dims), dtype) for obn, dims, dtype in op.outputs] for op in self.ops]
+        outs = [
+            [(obn, ev.shape(dims), dtype) for obn, dims, dtype in op.outputs] for op in self.ops
+        ]
         attrs = [self._attrs(op, ev, len(main.hierarchy)) for op in self.ops]
         outer: Dict[int, str] = {}
         by_block: List[List[str]] = [[] for _ in range(layers or 0)]
@@ -137,8 +165,21 @@ class Template:
                 tensors.append(Tensor(lbn, shape, dtype, name, obn))
             # fresh lists, as read_job gives every op its own
             own = {k: list(v) if isinstance(v, list) else v for k, v in attrs[pos].items()}
-            ops.append(Op(name, t.type, inputs, outputs, single if t.single else main, own,
-                          role=t.role, scope=scope, native=batch_split(tensors[-1].shape, main.hierarchy) if t.type == "input_conf" else None))
+            ops.append(
+                Op(
+                    name,
+                    t.type,
+                    inputs,
+                    outputs,
+                    single if t.single else main,
+                    own,
+                    role=t.role,
+                    scope=scope,
+                    native=batch_split(tensors[-1].shape, main.hierarchy)
+                    if t.type == "input_conf"
+                    else None,
+                )
+            )
             if i is None:
                 outer[pos] = name
             else:
@@ -149,8 +190,13 @@ class Template:
     def _attrs(op: TemplateOp, ev: Evaluator, ndim: int) -> Dict[str, Any]:
         attrs = dict(op.attrs)
         for key, (kind, value) in op.sym_attrs.items():
-            attrs[key] = (ev.shape(value) if kind == "shape" else
-                          [ev.dim(v) for v in value] if kind == "ints" else ev.dim(value))
+            attrs[key] = (
+                ev.shape(value)
+                if kind == "shape"
+                else [ev.dim(v) for v in value]
+                if kind == "ints"
+                else ev.dim(value)
+            )
         if op.type == "variable_conf" and not op.single and len(attrs.get("nd_sbp", ())) == 1:
             attrs["nd_sbp"] = attrs["nd_sbp"] * ndim  # traced on one device: one SBP per mesh axis
         return attrs
@@ -161,6 +207,8 @@ def load(name: str) -> Template:
     """models/templates/<name>.json, parsed once per process."""
     path = os.path.join(TEMPLATE_DIR, f"{name}.json")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no template {path}: make it with `python -m oneflow_autoddl.adapter.templates`")
+        raise FileNotFoundError(
+            f"no template {path}: make it with `python -m oneflow_autoddl.adapter.templates`"
+        )
     with open(path) as f:
         return Template(json.load(f))

@@ -1,11 +1,14 @@
 """Broadcasting binary ops, broadcast_like and bias_add (math_binary_broadcast_ops,
 broadcast_div_grad_op, broadcast_like_op, bias_add_op at v0.9.0)."""
+
 from ..sbp import B, P, S
 from .registry import inner_broadcast, rule
 
 _PARTIAL = {
-    "broadcast_add": [("P", "P")], "broadcast_sub": [("P", "P")],
-    "broadcast_mul": [("B", "P"), ("P", "B")], "broadcast_div": [("P", "B")],
+    "broadcast_add": [("P", "P")],
+    "broadcast_sub": [("P", "P")],
+    "broadcast_mul": [("B", "P"), ("P", "B")],
+    "broadcast_div": [("P", "B")],
 }
 _SBP = {"P": P, "B": B}
 
@@ -17,10 +20,14 @@ def broadcast_binary(v):
     sigs = []
     if nx < ny:
         sigs += [{"x_0": B, "y_0": S(i), "z_0": S(i)} for i in range(ny - nx)]
-        sigs += [{"x_0": S(nx - 1 - i), "y_0": S(ny - 1 - i), "z_0": S(ny - 1 - i)} for i in range(nx)]
+        sigs += [
+            {"x_0": S(nx - 1 - i), "y_0": S(ny - 1 - i), "z_0": S(ny - 1 - i)} for i in range(nx)
+        ]
     elif nx > ny:
         sigs += [{"x_0": S(i), "y_0": B, "z_0": S(i)} for i in range(nx - ny)]
-        sigs += [{"x_0": S(nx - 1 - i), "y_0": S(ny - 1 - i), "z_0": S(nx - 1 - i)} for i in range(ny)]
+        sigs += [
+            {"x_0": S(nx - 1 - i), "y_0": S(ny - 1 - i), "z_0": S(nx - 1 - i)} for i in range(ny)
+        ]
     else:
         for i in range(nx):
             if x[i] == 1 and y[i] == 1:
@@ -67,14 +74,21 @@ def broadcast_like(v):
                 r += 1
         else:
             sigs.append({"x_0": S(i - r), "like_0": S(i), "y_0": S(i)})
-    sigs += [{"x_0": P, "like_0": P, "y_0": P}, {"x_0": P, "like_0": B, "y_0": P},
-             {"x_0": B, "like_0": P, "y_0": B}]
+    sigs += [
+        {"x_0": P, "like_0": P, "y_0": P},
+        {"x_0": P, "like_0": B, "y_0": P},
+        {"x_0": B, "like_0": P, "y_0": B},
+    ]
     return sigs
 
 
 def _bias_kernel(v):
     """The bias repeated along the innermost axis unless it is the bias axis (NCHW: over H x W)."""
-    return "inner_broadcast" if v.attr("axis", 0) != v.ndim("a_0") - 1 and v.shape("a_0")[-1] > 1 else None
+    return (
+        "inner_broadcast"
+        if v.attr("axis", 0) != v.ndim("a_0") - 1 and v.shape("a_0")[-1] > 1
+        else None
+    )
 
 
 @rule("bias_add", kernel=_bias_kernel)

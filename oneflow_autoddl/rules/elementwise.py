@@ -1,5 +1,6 @@
 """Elementwise ops, softmax and add_n (oneflow/user/ops: math_unary_elementwise_op, scalar_math_op,
 relu_op, gelu_op, dropout_op, softmax_op, log_softmax_op, add_n_op at v0.9.0)."""
+
 from ..sbp import B, P
 from .registry import rule, split_each_axis
 

@@ -1,4 +1,5 @@
 """Loss ops (nll_op, sparse_softmax_cross_entropy_op at v0.9.0)."""
+
 from ..sbp import B, P, S
 from .registry import rule
 

@@ -1,4 +1,5 @@
 """The matmul family (matmul_op.cpp at v0.9.0) and its FLOPs."""
+
 from ..sbp import B, P, S
 from .registry import rule
 
@@ -85,4 +86,7 @@ def grad_b_flops(attrs, local):
 def broadcast_matmul_grad_b(v):
     last = v.ndim("a_0") - 1
     sigs = [{"a_0": S(i), "b_0": S(i), **_out(v, P)} for i in range(last)]
-    return sigs + [{"a_0": S(last), "b_0": B, **_out(v, S(0))}, {"a_0": B, "b_0": S(last), **_out(v, S(1))}]
+    return sigs + [
+        {"a_0": S(last), "b_0": B, **_out(v, S(0))},
+        {"a_0": B, "b_0": S(last), **_out(v, S(1))},
+    ]

@@ -1,6 +1,7 @@
 """Convolution, pooling, layer norm, embedding and gather (conv_op, max_pool_op, layer_norm_op,
 embedding_op, gather_op, unsorted_segment_sum_op at v0.9.0). In 0.9.0 convolutions split
 only the batch: no channel or filter splits."""
+
 from ..sbp import B, P, S
 from .registry import rule
 
@@ -95,7 +96,9 @@ def layer_norm_grad(v):
 
 @rule("layer_norm_param_grad")
 def layer_norm_param_grad(v):
-    return [{**v.all(S(i), v.ins), **v.all(P, v.outs)} for i in range(v.attr("begin_params_axis", 1))]
+    return [
+        {**v.all(S(i), v.ins), **v.all(P, v.outs)} for i in range(v.attr("begin_params_axis", 1))
+    ]
 
 
 @rule("embedding")
@@ -109,7 +112,10 @@ def embedding(v):
 def embedding_grad(v):
     if v.attr("scale_grad_by_freq", False):
         return []
-    return [{"dy_0": S(i), "weight_0": B, "indices_0": S(i), "dx_0": P} for i in range(v.ndim("indices_0"))]
+    return [
+        {"dy_0": S(i), "weight_0": B, "indices_0": S(i), "dx_0": P}
+        for i in range(v.ndim("indices_0"))
+    ]
 
 
 @rule("gather")

@@ -1,5 +1,6 @@
 """Optimizer updates (model_update_ops.cpp at v0.9.0). `model` and the state inputs are
 mutable: the variables feeding them must hold the signature's SBP (see search.units)."""
+
 from ..sbp import B, S
 from .registry import rule
 
@@ -14,7 +15,11 @@ def _update(v):
 # as scalar loops, Adam's ~10x below a plain pass over the same bytes (calibrate measures them).
 rule("sgd_update", same_sbp=("model_0", "model_copy_0"), kernel="sgd_update")(_update)
 rule("momentum_update", same_sbp=("model_0", "momentum_0"), kernel="momentum_update")(_update)
-rule("adam_update", same_sbp=("model_0", "m_0", "v_0", "max_v_0", "model_copy_0"), kernel="adam_update")(_update)
+rule(
+    "adam_update",
+    same_sbp=("model_0", "m_0", "v_0", "max_v_0", "model_copy_0"),
+    kernel="adam_update",
+)(_update)
 
 
 @rule("adam_bias_correction_factor")

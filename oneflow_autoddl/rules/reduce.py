@@ -1,4 +1,5 @@
 """Reductions (reduce_ops, reduce_like_ops, variance_op at v0.9.0)."""
+
 from ..sbp import B, P, S
 from .registry import rule
 
@@ -11,13 +12,14 @@ def _kind(attr: str, ibn: str):
     """The kernel kind of a reduction of `ibn` over the axes in `attr`: "reduce" where a kept
     axis lies inside the reduced ones (a bias gradient, (b, s, h) -> (h,)), which OneFlow 0.9.0's
     CPU kernel strides through ~10x below a plain pass; a reduction of the innermost axes (a
-    LayerNorm's row mean, (b, s, h) -> (b, s, 1)) runs at the plain rate (calibrate's chains on
-    4 ranks: x - x.sum(-1) costs what x - (n, 1) does alone, x - x.sum(0) ~2 ms more at 64 x 512)."""
+    LayerNorm's row mean, (b, s, h) -> (b, s, 1)) runs at the plain rate."""
+
     def kind(v):
         shape = v.shape(ibn)
         reduced = {a for a in _axes(v, attr, len(shape)) if shape[a] > 1}
         kept = [i for i, d in enumerate(shape) if d > 1 and i not in reduced]
         return "reduce" if reduced and kept and max(kept) > min(reduced) else None
+
     return kind
 
 
@@ -28,7 +30,10 @@ def reduce_sum(v):
     sigs, r = [], 0
     for i in range(n):
         if i in axes:
-            sigs += [{"input_tensor_0": S(i), "output_tensor_0": P}, {"input_tensor_0": P, "output_tensor_0": P}]
+            sigs += [
+                {"input_tensor_0": S(i), "output_tensor_0": P},
+                {"input_tensor_0": P, "output_tensor_0": P},
+            ]
             r += 1
         else:
             sigs.append({"input_tensor_0": S(i), "output_tensor_0": S(i if keep else i - r)})

@@ -6,6 +6,7 @@ always adds, forms the n-D candidates as the per-mesh-axis product, and drops th
 logical shapes rule out (a split axis out of range, or a dimension smaller than the mesh
 axes splitting it). A new op type is one decorated function in one module of this package.
 """
+
 import itertools
 import math
 from dataclasses import dataclass
@@ -40,7 +41,11 @@ class OpView:
 
     def arg(self, name: str) -> List[str]:
         """Blob names of one (possibly repeated) arg: `arg("in")` -> [in_0, in_1, ...]."""
-        return [bn for bn in self.bns if bn.rsplit("_", 1)[0] == name and bn.rsplit("_", 1)[-1].isdigit()]
+        return [
+            bn
+            for bn in self.bns
+            if bn.rsplit("_", 1)[0] == name and bn.rsplit("_", 1)[-1].isdigit()
+        ]
 
     def all(self, sbp: Sbp, bns: Optional[Sequence[str]] = None) -> OneD:
         return {bn: sbp for bn in (self.bns if bns is None else bns)}
@@ -72,16 +77,23 @@ class Rule:
 _RULES: Dict[str, Rule] = {}
 
 
-def rule(*op_types: str, same_sbp: Sequence[str] = (), fixed: bool = False, flops: Optional[FlopsFn] = None,
-         kernel: Union[str, KernelFn, None] = None):
+def rule(
+    *op_types: str,
+    same_sbp: Sequence[str] = (),
+    fixed: bool = False,
+    flops: Optional[FlopsFn] = None,
+    kernel: Union[str, KernelFn, None] = None,
+):
     """Register `fn` as the 1-D SBP rule (and, for compute-bound ops, the FLOPs; for slow
     kernels, their kind) of `op_types`."""
+
     def register(fn: RuleFn) -> RuleFn:
         for t in op_types:
             if t in _RULES:
                 raise ValueError(f"op type {t!r} has two rules")
             _RULES[t] = Rule(fn, tuple(same_sbp), fixed, flops, kernel)
         return fn
+
     return register
 
 
@@ -115,14 +127,17 @@ def known_op_types() -> List[str]:
 
 
 def one_d_candidates(graph: Graph, op: Op, axis_size: int) -> List[OneD]:
-    """The op's 1-D signatures for a mesh axis of `axis_size` devices, all-B appended, deduplicated."""
+    """The op's 1-D signatures for a mesh axis of `axis_size` devices, all-B appended,
+    deduplicated."""
     view = OpView(graph, op, axis_size)
     sigs = _RULES[op.type].fn(view) + [view.all(B)]
     seen, out = set(), []
     for sig in sigs:
         missing = set(view.bns) - set(sig)
         if missing:
-            raise ValueError(f"rule for {op.type} left blobs {sorted(missing)} of {op.name} without SBP")
+            raise ValueError(
+                f"rule for {op.type} left blobs {sorted(missing)} of {op.name} without SBP"
+            )
         key = tuple(sorted(sig.items()))
         if key not in seen:
             seen.add(key)
@@ -140,7 +155,6 @@ def _fits(graph: Graph, op: Op, sig: Signature, hierarchy: Sequence[int]) -> boo
         if len(hierarchy) > 1 and not evenly_split(shape, nd, hierarchy):
             return False
     return True
-
 
 
 def candidates(graph: Graph, op: Op, hierarchy: Optional[Sequence[int]] = None) -> List[Signature]:

@@ -1,4 +1,5 @@
 """reshape and transpose (reshape_op, reshape_user_op_util, transpose_ops at v0.9.0)."""
+
 from typing import Dict, List, Tuple
 
 from ..sbp import P, S
@@ -11,7 +12,8 @@ def _squeeze(shape) -> Tuple[List[int], List[int]]:
 
 
 def reshape_split_pairs(in_shape, out_shape, axis_size: int) -> List[Tuple[int, int]]:
-    """(in axis, out axis) pairs a split can pass through unchanged, as GetGroupStartInAxis2OutAxis finds them.
+    """(in axis, out axis) pairs a split can pass through unchanged, as GetGroupStartInAxis2OutAxis
+    finds them.
 
     Walks both squeezed shapes from the last axis with suffix products; a pair is kept
     where the products agree and the two dims are equal or both divisible by the mesh axis.

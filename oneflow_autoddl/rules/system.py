@@ -1,5 +1,6 @@
 """System ops and ops OneFlow infers by itself (variable_op, identity_op,
 learning_rate_schedule_op, ones_like_op at v0.9.0)."""
+
 from ..sbp import B, P, S
 from .registry import rule
 

@@ -5,8 +5,8 @@ take, in topological order, its cheapest signature given what is already decided
 OneFlow's greedy inference does once parameter SBPs are set). They are the seeds of the
 search and the yardsticks of the report.
 """
-from typing import Callable, Dict, List, Optional, Set
 
+from typing import Callable, Dict, List, Optional, Set
 
 import numpy as np
 
@@ -20,12 +20,16 @@ Pins = Dict[int, Set[int]]  # variable -> allowed candidate indices
 
 def _order(problem: Problem) -> List[int]:
     position = {name: i for i, name in enumerate(problem.graph.ops)}
-    firsts = [min(position[n] for u in members for n in problem.units[u].ops[:1]) for members in problem.var_units]
+    firsts = [
+        min(position[n] for u in members for n in problem.units[u].ops[:1])
+        for members in problem.var_units
+    ]
     return sorted(range(len(problem.var_units)), key=lambda v: firsts[v])
 
 
 def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
-    """Assign variables in topological order, each its cheapest allowed candidate given earlier ones.
+    """Assign variables in topological order, each its cheapest allowed candidate given earlier
+    ones.
 
     Like OneFlow's own inference (which orders candidates by how many inputs they take
     exactly as produced, then by copy cost), a choice first keeps the most inputs as they
@@ -36,7 +40,9 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
     for ends in problem.ends:
         for c in ends.consumers:
             if c.var != ends.producer.var:
-                inputs.setdefault(c.var, []).append((problem.sbp_ids(c), ends.producer.var, problem.sbp_ids(ends.producer)))
+                inputs.setdefault(c.var, []).append(
+                    (problem.sbp_ids(c), ends.producer.var, problem.sbp_ids(ends.producer))
+                )
     assigned: Dict[int, int] = {v: next(iter(ks)) for v, ks in pins.items() if len(ks) == 1}
     for v in _order(problem):
         if v in assigned and len(pins.get(v, ())) == 1:
@@ -45,7 +51,9 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
         score = problem.compute[v][allowed].copy()
         for fid in problem.factors_of[v]:
             f = problem.factors[fid]
-            c = condition(f.vars, f.table, {u for u in f.vars if u == v or u not in assigned}, assigned)
+            c = condition(
+                f.vars, f.table, {u for u in f.vars if u == v or u not in assigned}, assigned
+            )
             others = tuple(i for i, u in enumerate(c.vars) if u != v)
             score = score + (c.table.min(axis=others) if others else c.table)[allowed]
         kept = np.zeros(len(allowed))
@@ -58,8 +66,12 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
 
 
 def _param_vars(problem: Problem) -> List[int]:
-    return [v for v, members in enumerate(problem.var_units)
-            if problem.is_free(v) and any(problem.graph.op(n).role == "variable" for n in problem.units[members[0]].ops)]
+    return [
+        v
+        for v, members in enumerate(problem.var_units)
+        if problem.is_free(v)
+        and any(problem.graph.op(n).role == "variable" for n in problem.units[members[0]].ops)
+    ]
 
 
 def _var_sbp(problem: Problem, v: int, k: int) -> NdSbp:
@@ -90,9 +102,15 @@ def zero(problem: Problem) -> List[int]:
     mesh axis (ZeRO stage 3): parameters are all-gathered where used, gradients reduce-scattered."""
     x = data_parallel(problem)
     for v in _param_vars(problem):
-        sharded = [k for k in range(problem.domain[v]) if all(s.is_split for s in _var_sbp(problem, v, k))]
+        sharded = [
+            k for k in range(problem.domain[v]) if all(s.is_split for s in _var_sbp(problem, v, k))
+        ]
         if not sharded:
-            sharded = [k for k in range(problem.domain[v]) if any(s.is_split for s in _var_sbp(problem, v, k))]
+            sharded = [
+                k
+                for k in range(problem.domain[v])
+                if any(s.is_split for s in _var_sbp(problem, v, k))
+            ]
         if sharded:
             x[v] = min(sharded, key=lambda k: (problem.memory[v][k], k))
     return x
@@ -106,7 +124,11 @@ def _weight_of(problem: Problem, op: Op) -> Optional[str]:
     if op.type not in _MATMULS or op.role != "forward" or "b_0" not in op.inputs:
         return None
     producer = problem.graph.op(problem.graph.tensor(op.inputs["b_0"]).producer)
-    return producer.name if producer.role == "variable" and len(problem.graph.shape(op, "b_0")) == 2 else None
+    return (
+        producer.name
+        if producer.role == "variable" and len(problem.graph.shape(op, "b_0")) == 2
+        else None
+    )
 
 
 def megatron_roles(problem: Problem) -> Dict[str, str]:
@@ -132,13 +154,21 @@ def megatron_roles(problem: Problem) -> Dict[str, str]:
         if weight is None:
             nearest[op.name] = ups
             continue
-        roles[weight] = "row" if any(roles.get(_weight_of(problem, graph.op(u))) == "column" for u in ups) else "column"
+        roles[weight] = (
+            "row"
+            if any(roles.get(_weight_of(problem, graph.op(u))) == "column" for u in ups)
+            else "column"
+        )
         nearest[op.name] = {op.name}
         if roles[weight] == "column":
             for consumer, _ in graph.consumers(op, "out_0"):
                 for lbn in consumer.inputs.values():
                     p = graph.op(graph.tensor(lbn).producer)
-                    if consumer.type in ("broadcast_add", "bias_add") and p.role == "variable" and p.name != weight:
+                    if (
+                        consumer.type in ("broadcast_add", "bias_add")
+                        and p.role == "variable"
+                        and p.name != weight
+                    ):
                         roles.setdefault(p.name, "bias-column")
     return roles
 
@@ -180,8 +210,9 @@ def megatron(problem: Problem) -> List[int]:
     """Column-then-row tensor parallelism on the last mesh axis, data parallel on the others."""
     roles = megatron_roles(problem)
     tp_axis = problem.mesh.ndim - 1
-    return greedy_complete(problem, _pin_params(
-        problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis)))
+    return greedy_complete(
+        problem, _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis))
+    )
 
 
 def replicated(problem: Problem) -> List[int]:
@@ -189,8 +220,11 @@ def replicated(problem: Problem) -> List[int]:
     pins: Pins = {}
     for v, members in enumerate(problem.var_units):
         unit = problem.units[members[0]]
-        ks = {k for k, joint in enumerate(unit.candidates)
-              if all(s == B for sig in joint for nd in sig.values() for s in nd)}
+        ks = {
+            k
+            for k, joint in enumerate(unit.candidates)
+            if all(s == B for sig in joint for nd in sig.values() for s in nd)
+        }
         if ks:
             pins[v] = ks
     return greedy_complete(problem, pins)

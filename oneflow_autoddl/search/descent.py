@@ -7,6 +7,7 @@ scope already holds them all. A step
 re-solves one group exactly (variable elimination) with every other variable held, and
 keeps the result only if it lowers the objective; sweeps repeat until none does.
 """
+
 import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -46,14 +47,24 @@ def neighbour_groups(problem: Problem) -> List[List[int]]:
     groups = []
     for v in range(len(problem.var_units)):
         if problem.is_free(v):
-            ring = {u for f in problem.factors_of[v] for u in problem.factors[f].vars if problem.is_free(u)}
+            ring = {
+                u
+                for f in problem.factors_of[v]
+                for u in problem.factors[f].vars
+                if problem.is_free(u)
+            }
             groups.append(sorted(ring | {v}))
     return groups
 
 
 class Descent:
-    def __init__(self, problem: Problem, memory_weight: float = 0.0, groups: Optional[List[List[int]]] = None,
-                 weights: Weights = SERIAL):
+    def __init__(
+        self,
+        problem: Problem,
+        memory_weight: float = 0.0,
+        groups: Optional[List[List[int]]] = None,
+        weights: Weights = SERIAL,
+    ):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
         only, not on the memory price or the weights), so that they are not found again."""
         self.problem = problem
@@ -63,8 +74,11 @@ class Descent:
         if groups is None:
             scoped = [g for g in scope_groups(problem) if self._solvable(g)]
             covered = [set(g) for g in scoped]
-            extra = [g for g in neighbour_groups(problem)
-                     if not any(set(g) <= c for c in covered) and self._solvable(g)]
+            extra = [
+                g
+                for g in neighbour_groups(problem)
+                if not any(set(g) <= c for c in covered) and self._solvable(g)
+            ]
             groups = scoped + extra
         self.groups = groups
         self.steps = 0
@@ -72,7 +86,11 @@ class Descent:
     def _solvable(self, group: Sequence[int]) -> bool:
         """Whether eliminating the group stays under MAX_ENTRIES (structure only, no tables)."""
         p, members = self.problem, set(group)
-        scopes = {tuple(v for v in p.factors[f].vars if v in members) for v in group for f in p.factors_of[v]}
+        scopes = {
+            tuple(v for v in p.factors[f].vars if v in members)
+            for v in group
+            for f in p.factors_of[v]
+        }
         domain = {v: int(p.domain[v]) for v in group}
         return elimination_width(group, domain, [s for s in scopes if s]) <= MAX_ENTRIES
 
@@ -91,8 +109,12 @@ class Descent:
 
     def step(self, group: Sequence[int], x: List[int]) -> bool:
         factors, current = self._local(group, x)
-        result = solve(group, {v: int(self.problem.domain[v]) for v in group},
-                       {v: self.unary[v] for v in group}, factors)
+        result = solve(
+            group,
+            {v: int(self.problem.domain[v]) for v in group},
+            {v: self.unary[v] for v in group},
+            factors,
+        )
         if result is None:
             return False
         choice, value = result
@@ -108,7 +130,9 @@ class Descent:
         p = self.problem
         return {u for v in group for f in p.factors_of[v] for u in p.factors[f].vars} | set(group)
 
-    def run(self, x0: Sequence[int], max_sweeps: int = 100, max_group: Optional[int] = None) -> List[int]:
+    def run(
+        self, x0: Sequence[int], max_sweeps: int = 100, max_group: Optional[int] = None
+    ) -> List[int]:
         """Sweep the groups (of at most `max_group` variables) until no step improves; a group is
         re-solved only if its reach changed."""
         x = list(x0)

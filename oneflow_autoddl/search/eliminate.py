@@ -5,6 +5,7 @@ are conditioned on the fixed variables, then the group's variables are eliminate
 a time (smallest resulting table first), keeping argmin tables to read the optimum back.
 It returns None instead of building a table over MAX_ENTRIES, so callers can skip the group.
 """
+
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -37,14 +38,23 @@ def _combine(factors: List[Factor], domain: Dict[int, int]) -> Tuple[Tuple[int, 
         view = [1] * len(vars_)
         for i in order:
             view[axis[f.vars[i]]] = f.table.shape[i]
-        t = np.transpose(f.table, order).reshape(view) if order != list(range(len(order))) else f.table.reshape(view)
+        t = (
+            np.transpose(f.table, order).reshape(view)
+            if order != list(range(len(order)))
+            else f.table.reshape(view)
+        )
         total = t if total is None else total + t
     return vars_, np.broadcast_to(total, tuple(domain[v] for v in vars_))
 
 
-def elimination_width(free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]) -> int:
-    """Largest table `solve` would build for factors over `scopes` (free variables only), without building it."""
-    pool: Dict[int, Set[int]] = {i: set(s) for i, s in enumerate([(v,) for v in free] + list(scopes))}
+def elimination_width(
+    free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]
+) -> int:
+    """Largest table `solve` would build for factors over `scopes` (free variables only), without
+    building it."""
+    pool: Dict[int, Set[int]] = {
+        i: set(s) for i, s in enumerate([(v,) for v in free] + list(scopes))
+    }
     touch: Dict[int, Set[int]] = {v: set() for v in free}
     for fid, s in pool.items():
         for v in s:
@@ -78,9 +88,11 @@ def elimination_width(free: Sequence[int], domain: Dict[int, int], scopes: List[
     return widest
 
 
-def solve(free: Sequence[int], domain: Dict[int, int], unary: Dict[int, np.ndarray],
-          factors: List[Factor]) -> Optional[Tuple[Dict[int, int], float]]:
-    """Minimise sum(unary) + sum(factors) over the free variables. None if a table would be too large."""
+def solve(
+    free: Sequence[int], domain: Dict[int, int], unary: Dict[int, np.ndarray], factors: List[Factor]
+) -> Optional[Tuple[Dict[int, int], float]]:
+    """Minimise sum(unary) + sum(factors) over the free variables. None if a table would be too
+    large."""
     pool: Dict[int, Factor] = dict(enumerate([Factor((v,), unary[v]) for v in free] + factors))
     touch: Dict[int, Set[int]] = {v: set() for v in free}
     for fid, f in pool.items():
@@ -108,7 +120,7 @@ def solve(free: Sequence[int], domain: Dict[int, int], unary: Dict[int, np.ndarr
                     touch[u] -= fids
         vars_, table = _combine(touching, domain)
         ax = vars_.index(best)
-        rest = vars_[:ax] + vars_[ax + 1:]
+        rest = vars_[:ax] + vars_[ax + 1 :]
         trace.append((best, rest, np.moveaxis(table, ax, -1)))  # argmin only where read back
         reduced = np.min(table, axis=ax)
         if rest:

@@ -6,6 +6,7 @@ minimum of the same objective. The bound charges every open factor at least its
 cheapest entry consistent with each variable already set (forward checking).
 Exponential, so only for graphs of a few dozen ops.
 """
+
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -13,19 +14,29 @@ import numpy as np
 from .problem import Problem
 
 
-def solve_exhaustive(problem: Problem, memory_weight: float = 0.0, limit: int = 5_000_000,
-                     incumbent: Optional[List[int]] = None) -> Tuple[List[int], float]:
+def solve_exhaustive(
+    problem: Problem,
+    memory_weight: float = 0.0,
+    limit: int = 5_000_000,
+    incumbent: Optional[List[int]] = None,
+) -> Tuple[List[int], float]:
     """(optimal assignment, objective). Raises ValueError past `limit` search nodes.
 
     An `incumbent` assignment only speeds the proof up: its objective is the first bound,
     and it is returned only if nothing is cheaper.
     """
     unary = problem.unary(memory_weight)
-    free = [v for v in range(len(problem.var_units)) if problem.is_free(v)]  # graph order: factors fall due early
+    free = [
+        v for v in range(len(problem.var_units)) if problem.is_free(v)
+    ]  # graph order: factors fall due early
     position = {v: i for i, v in enumerate(free)}
     x = [0] * len(problem.var_units)
-    due: List[List[int]] = [[] for _ in free]  # factors charged when the last of their variables is set
-    opened: List[List[int]] = [[] for _ in free]  # factors a variable belongs to before they fall due
+    due: List[List[int]] = [
+        [] for _ in free
+    ]  # factors charged when the last of their variables is set
+    opened: List[List[int]] = [
+        [] for _ in free
+    ]  # factors a variable belongs to before they fall due
     constant = sum(float(unary[v][0]) for v in range(len(x)) if v not in position)
     margins: Dict[Tuple[int, int], np.ndarray] = {}
     for fid, f in enumerate(problem.factors):
@@ -67,7 +78,9 @@ def solve_exhaustive(problem: Problem, memory_weight: float = 0.0, limit: int = 
         for k in np.argsort(unary[v], kind="stable"):
             visited[0] += 1
             if visited[0] > limit:
-                raise ValueError(f"exhaustive search passed {limit} nodes: the graph is too large for it")
+                raise ValueError(
+                    f"exhaustive search passed {limit} nodes: the graph is too large for it"
+                )
             x[v] = int(k)
             step = float(unary[v][k])
             for fid in due[depth]:

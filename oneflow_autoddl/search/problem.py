@@ -13,6 +13,7 @@ whose table would be too large is split into several over runs of consumers, an 
 bound that is exact unless consumers in different runs want the same SBP; `evaluate`
 is always exact.
 """
+
 import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
@@ -21,8 +22,8 @@ import numpy as np
 
 from ..cost.model import INFEASIBLE, CostModel, Transfer
 from ..cost.schedule import Scheduler
-from ..rules import same_sbp_inputs
 from ..ir import Graph, Tensor
+from ..rules import same_sbp_inputs
 from ..sbp import NdSbp, Signature
 from .eliminate import Factor
 from .ties import tie_ops
@@ -90,19 +91,28 @@ class Breakdown:
 
 
 class Problem:
-    def __init__(self, graph: Graph, model: CostModel, hold: Optional[Dict[str, str]] = None, tie: bool = True):
+    def __init__(
+        self,
+        graph: Graph,
+        model: CostModel,
+        hold: Optional[Dict[str, str]] = None,
+        tie: bool = True,
+    ):
         """`hold`: op name -> why it keeps OneFlow's signature (user SBP, shared parameters)."""
         self.graph, self.model = graph, model
         self.mesh = graph.main_placement()
         self.units: List[Unit] = build_units(graph)
         self.unit_of: Dict[str, Tuple[int, int]] = {
-            name: (u, pos) for u, unit in enumerate(self.units) for pos, name in enumerate(unit.ops)}
+            name: (u, pos) for u, unit in enumerate(self.units) for pos, name in enumerate(unit.ops)
+        }
         self._sbp_vocab: Dict[NdSbp, int] = {}
         self._sbp_ids: Dict[tuple, np.ndarray] = {}
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
-        self.factors, self._latency = self._make_factors()  # boxing time tables, and their latency part
+        self.factors, self._latency = (
+            self._make_factors()
+        )  # boxing time tables, and their latency part
         self._weighted: Dict[Weights, List[Factor]] = {SERIAL: self.factors}
         self.scheduler = Scheduler(graph)
         self._ends_index = self._index_ends()
@@ -110,10 +120,14 @@ class Problem:
         for i, f in enumerate(self.factors):
             for v in set(f.vars):
                 self.factors_of[v].append(i)
-        self._tensors_of: List[List[int]] = [[] for _ in self.var_units]  # of each variable's first unit
+        self._tensors_of: List[List[int]] = [
+            [] for _ in self.var_units
+        ]  # of each variable's first unit
         self._vars_of: List[Tuple[int, ...]] = []  # of each tensor's ends
         for i, ends in enumerate(self.ends):
-            ends_at = {(ends.producer.var, ends.producer.unit)} | {(c.var, c.unit) for c in ends.consumers}
+            ends_at = {(ends.producer.var, ends.producer.unit)} | {
+                (c.var, c.unit) for c in ends.consumers
+            }
             self._vars_of.append(tuple(sorted({v for v, _ in ends_at})))
             for v in sorted({v for v, u in ends_at if u == self.var_units[v][0]}):
                 self._tensors_of[v].append(i)
@@ -163,10 +177,18 @@ class Problem:
         for members in self.var_units:
             unit = self.units[members[0]]
             ops = [self.graph.op(name) for name in unit.ops]
-            times = np.array([[self.model.op_time(self.graph, op, sig) for op, sig in zip(ops, joint)]
-                              for joint in unit.candidates])
-            mem = np.array([sum(self.model.op_memory(self.graph, op, sig) for op, sig in zip(ops, joint))
-                            for joint in unit.candidates])
+            times = np.array(
+                [
+                    [self.model.op_time(self.graph, op, sig) for op, sig in zip(ops, joint)]
+                    for joint in unit.candidates
+                ]
+            )
+            mem = np.array(
+                [
+                    sum(self.model.op_memory(self.graph, op, sig) for op, sig in zip(ops, joint))
+                    for joint in unit.candidates
+                ]
+            )
             self.unit_compute.append(times)
             self.compute.append(times.sum(axis=1) * len(members))
             self.memory.append(mem * len(members))
@@ -174,7 +196,9 @@ class Problem:
     # -- tensors and factors -----------------------------------------------------------------
     def _endpoint(self, op_name: str, bn: str) -> Endpoint:
         u, pos = self.unit_of[op_name]
-        return Endpoint(self.var_of_unit[u], u, pos, bn, bn in same_sbp_inputs(self.graph.op(op_name)))
+        return Endpoint(
+            self.var_of_unit[u], u, pos, bn, bn in same_sbp_inputs(self.graph.op(op_name))
+        )
 
     def _make_ends(self) -> None:
         self.ends: List[TensorEnds] = []
@@ -186,7 +210,9 @@ class Problem:
                     if producer.placement.size > 1:  # one device boxes nothing to itself
                         local.append(self._endpoint(c, ibn))
                 else:
-                    remote.add(self.graph.op(c).placement)  # boxed once per placement (grouped by OneFlow)
+                    remote.add(
+                        self.graph.op(c).placement
+                    )  # boxed once per placement (grouped by OneFlow)
             self.ends.append(TensorEnds(t, self._endpoint(t.producer, t.obn), local, len(remote)))
 
     def sbp_ids(self, e: Endpoint) -> np.ndarray:
@@ -202,7 +228,9 @@ class Problem:
         return self.units[e.unit].candidates[k][e.pos][e.bn]
 
     def _ids(self, e: Endpoint, vocab: Dict[NdSbp, int]) -> np.ndarray:
-        return np.array([vocab.setdefault(self.sbp_at(e, k), len(vocab)) for k in range(self.domain[e.var])])
+        return np.array(
+            [vocab.setdefault(self.sbp_at(e, k), len(vocab)) for k in range(self.domain[e.var])]
+        )
 
     def _make_factors(self) -> Tuple[List[Factor], List[np.ndarray]]:
         acc: Dict[Tuple[int, ...], Tuple[np.ndarray, np.ndarray]] = {}
@@ -221,9 +249,14 @@ class Problem:
 
     @staticmethod
     def _ends_key(ends: TensorEnds) -> tuple:
-        return (ends.remote, tuple((e.var, e.pos, e.bn, e.strict) for e in [ends.producer] + ends.consumers))
+        return (
+            ends.remote,
+            tuple((e.var, e.pos, e.bn, e.strict) for e in [ends.producer] + ends.consumers),
+        )
 
-    def _tensor_factors(self, ends: TensorEnds) -> List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]]:
+    def _tensor_factors(
+        self, ends: TensorEnds
+    ) -> List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]]:
         """(variables, boxing time table, its latency part) of one tensor."""
         t, p = ends.tensor, ends.producer
         vocab: Dict[NdSbp, int] = {}
@@ -234,21 +267,50 @@ class Problem:
         box = np.array([[tr.time for tr in row] for row in transfers])
         box_latency = np.array([[tr.latency for tr in row] for row in transfers])
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
-        no_latency = np.zeros_like(strict)  # a strict consumer's INFEASIBLE is all in the time table
+        no_latency = np.zeros_like(
+            strict
+        )  # a strict consumer's INFEASIBLE is all in the time table
         out: List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]] = []
         if ends.remote:
-            remote = [self.model.remote_transfer(self.sbp_at(p, k), t.shape, t.dtype) for k in range(self.domain[p.var])]
-            out.append(((p.var,), np.array([tr.time for tr in remote]) * ends.remote,
-                        np.array([tr.latency for tr in remote]) * ends.remote))
+            remote = [
+                self.model.remote_transfer(self.sbp_at(p, k), t.shape, t.dtype)
+                for k in range(self.domain[p.var])
+            ]
+            out.append(
+                (
+                    (p.var,),
+                    np.array([tr.time for tr in remote]) * ends.remote,
+                    np.array([tr.latency for tr in remote]) * ends.remote,
+                )
+            )
         if not dsts:
             return out
         for chunk in self._chunks(p, ends.consumers):
             vars_ = tuple(sorted({p.var, *(ends.consumers[i].var for i in chunk)}))
             consumers, ids = [ends.consumers[i] for i in chunk], [dsts[i] for i in chunk]
-            out.append((vars_, _dedup_table(vars_, self.domain, p, src, consumers, ids,
-                                            [strict if c.strict else box for c in consumers]),
-                        _dedup_table(vars_, self.domain, p, src, consumers, ids,
-                                     [no_latency if c.strict else box_latency for c in consumers])))
+            out.append(
+                (
+                    vars_,
+                    _dedup_table(
+                        vars_,
+                        self.domain,
+                        p,
+                        src,
+                        consumers,
+                        ids,
+                        [strict if c.strict else box for c in consumers],
+                    ),
+                    _dedup_table(
+                        vars_,
+                        self.domain,
+                        p,
+                        src,
+                        consumers,
+                        ids,
+                        [no_latency if c.strict else box_latency for c in consumers],
+                    ),
+                )
+            )
         return out
 
     def _chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
@@ -257,7 +319,9 @@ class Problem:
         chunks: List[List[int]] = []
         current: List[int] = []
         vars_ = {p.var}
-        order = sorted(range(len(consumers)), key=lambda i: (self.domain[consumers[i].var], consumers[i].var))
+        order = sorted(
+            range(len(consumers)), key=lambda i: (self.domain[consumers[i].var], consumers[i].var)
+        )
         for i in order:
             c = consumers[i]
             grown = vars_ | {c.var}
@@ -279,24 +343,44 @@ class Problem:
         What OneFlow cannot do stays INFEASIBLE whatever the weights."""
         if weights not in self._weighted:
             self._weighted[weights] = [
-                Factor(f.vars, np.where(f.table >= INFEASIBLE, INFEASIBLE,
-                                        weights.moving * (f.table - lat) + weights.latency * lat))
-                for f, lat in zip(self.factors, self._latency)]
+                Factor(
+                    f.vars,
+                    np.where(
+                        f.table >= INFEASIBLE,
+                        INFEASIBLE,
+                        weights.moving * (f.table - lat) + weights.latency * lat,
+                    ),
+                )
+                for f, lat in zip(self.factors, self._latency)
+            ]
         return self._weighted[weights]
 
-    def objective(self, x: Sequence[int], memory_weight: float = 0.0, weights: Weights = SERIAL) -> float:
+    def objective(
+        self, x: Sequence[int], memory_weight: float = 0.0, weights: Weights = SERIAL
+    ) -> float:
         total = sum(float(u[x[v]]) for v, u in enumerate(self.unary(memory_weight)))
-        return total + sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self.tables(weights))
+        return total + sum(
+            float(f.table[tuple(x[v] for v in f.vars)]) for f in self.tables(weights)
+        )
 
-    def change(self, x: Sequence[int], var: int, k: int, memory_weight: float = 0.0,
-               weights: Weights = SERIAL) -> float:
+    def change(
+        self,
+        x: Sequence[int],
+        var: int,
+        k: int,
+        memory_weight: float = 0.0,
+        weights: Weights = SERIAL,
+    ) -> float:
         """What setting `var` to candidate k adds to objective(x, memory_weight, weights)."""
         unary = self.unary(memory_weight)[var]
         delta = float(unary[k] - unary[x[var]])
         tables = self.tables(weights)
         for fid in self.factors_of[var]:
             f = tables[fid]
-            delta += float(f.table[tuple(k if u == var else x[u] for u in f.vars)] - f.table[tuple(x[u] for u in f.vars)])
+            delta += float(
+                f.table[tuple(k if u == var else x[u] for u in f.vars)]
+                - f.table[tuple(x[u] for u in f.vars)]
+            )
         return delta
 
     def compute_of(self, x: Sequence[int]) -> float:
@@ -309,7 +393,9 @@ class Problem:
         """Bytes per device that the boxings of the tensors `var`'s first unit produces or reads
         move under x, times the units tied to it: what changing `var` alone can change, up to
         tied units whose neighbours differ (for ranking moves; evaluate is exact)."""
-        return sum(self._transfer_of(i, x)[0].bytes for i in self._tensors_of[var]) * len(self.var_units[var])
+        return sum(self._transfer_of(i, x)[0].bytes for i in self._tensors_of[var]) * len(
+            self.var_units[var]
+        )
 
     def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
         """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
@@ -338,9 +424,13 @@ class Problem:
                 b.comm_time += tr.time
                 b.bytes_per_device += tr.bytes
                 for c, _ in ends.tensor.consumers:
-                    b.op_comm[c] = b.op_comm.get(c, 0.0) + tr.time / max(1, len(ends.tensor.consumers))
+                    b.op_comm[c] = b.op_comm.get(c, 0.0) + tr.time / max(
+                        1, len(ends.tensor.consumers)
+                    )
         cluster = self.model.cluster
-        schedule = self.scheduler.run(b.op_compute, waiting, cluster.comm_overlap, cluster.concurrent_boxing)
+        schedule = self.scheduler.run(
+            b.op_compute, waiting, cluster.comm_overlap, cluster.concurrent_boxing
+        )
         b.step_time, b.exposed_comm_time = schedule.step_time, schedule.exposed_comm_time
         return b
 
@@ -359,16 +449,23 @@ class Problem:
                 tables.append(self.sbp_ids(e))
                 size += len(tables[-1])
             return offsets[key]
+
         consumers = [(i, c) for i, ends in enumerate(self.ends) for c in ends.consumers]
         p_start = np.array([start(ends.producer) for ends in self.ends], dtype=int)
         c_start = np.array([start(c) for _, c in consumers], dtype=int)
-        return (np.concatenate(tables) if tables else np.zeros(0, int), p_start,
-                np.array([ends.producer.var for ends in self.ends], dtype=int),
-                c_start, np.array([c.var for _, c in consumers], dtype=int),
-                np.array([i for i, _ in consumers], dtype=int), np.array([ends.remote > 0 for ends in self.ends]))
+        return (
+            np.concatenate(tables) if tables else np.zeros(0, int),
+            p_start,
+            np.array([ends.producer.var for ends in self.ends], dtype=int),
+            c_start,
+            np.array([c.var for _, c in consumers], dtype=int),
+            np.array([i for i, _ in consumers], dtype=int),
+            np.array([ends.remote > 0 for ends in self.ends]),
+        )
 
     def _boxed_tensors(self, x: Sequence[int]) -> np.ndarray:
-        """Indices into self.ends of the tensors some consumer reads in another SBP, or on another placement."""
+        """Indices into self.ends of the tensors some consumer reads in another SBP, or on another
+        placement."""
         ids, p_start, p_var, c_start, c_var, c_tensor, remote = self._ends_index
         xa = np.asarray(x, dtype=int)
         src = ids[p_start + xa[p_var]]
@@ -404,16 +501,26 @@ class Problem:
         for members in self.var_units:
             unit = self.units[members[0]]
             wanted = tuple(signatures.get(name) for name in unit.ops)
-            match = [k for k, joint in enumerate(unit.candidates)
-                     if all(w is None or w == s for w, s in zip(wanted, joint))]
+            match = [
+                k
+                for k, joint in enumerate(unit.candidates)
+                if all(w is None or w == s for w, s in zip(wanted, joint))
+            ]
             if not match:
                 return None
             x.append(match[0])
         return x
 
 
-def _dedup_table(vars_: Tuple[int, ...], domain: np.ndarray, p: Endpoint, src: np.ndarray,
-                 consumers: List[Endpoint], dsts: List[np.ndarray], boxes: List[np.ndarray]) -> np.ndarray:
+def _dedup_table(
+    vars_: Tuple[int, ...],
+    domain: np.ndarray,
+    p: Endpoint,
+    src: np.ndarray,
+    consumers: List[Endpoint],
+    dsts: List[np.ndarray],
+    boxes: List[np.ndarray],
+) -> np.ndarray:
     """Table over `vars_` of the sum over distinct consumer SBPs of box[src][dst]."""
     axis = {v: i for i, v in enumerate(vars_)}
     shape = tuple(int(domain[v]) for v in vars_)

@@ -11,6 +11,7 @@ pool) is alike its siblings by shape alone while its neighbours differ: tying VG
 classifier ReLUs forced the second to split like the first, where OneFlow's own pass
 keeps the small last layer replicated and moves fewer bytes.
 """
+
 import re
 from typing import Dict, List, Tuple
 
@@ -34,13 +35,16 @@ def _member_key(graph: Graph, names: List[str], prefix: str):
     key = []
     for name in names:
         op = graph.op(name)
-        rel_scope = op.scope[len(prefix):].lstrip(".")
+        rel_scope = op.scope[len(prefix) :].lstrip(".")
         wiring = []
         for ibn, lbn in op.inputs.items():
             t = graph.tensor(lbn)
             src = (position[t.producer], t.obn) if t.producer in position else "outside"
             wiring.append((ibn, src, t.shape, t.dtype))
-        outs = tuple((obn, graph.tensor(lbn).shape, graph.tensor(lbn).dtype) for obn, lbn in op.outputs.items())
+        outs = tuple(
+            (obn, graph.tensor(lbn).shape, graph.tensor(lbn).dtype)
+            for obn, lbn in op.outputs.items()
+        )
         attrs = tuple(sorted((k, repr(v)) for k, v in op.attrs.items()))
         key.append((rel_scope, op.type, op.role, tuple(wiring), outs, attrs))
     return tuple(key)

@@ -7,6 +7,7 @@ update op's signatures. Every other op is a unit of its own. Ops the planner mus
 change (interface ops, the train-step ops, op types with no rule, user SBP held fixed)
 get a single candidate: the signature OneFlow chose.
 """
+
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -61,17 +62,24 @@ def build_units(graph: Graph) -> List[Unit]:
             if producer.role != "variable":
                 continue  # kept equal by an infinite boxing cost instead (search.problem)
             if producer.name in owned_by:
-                raise PlanningError(f"{producer.name} is a mutable input of both {owned_by[producer.name]} "
-                                    f"and {op.name}; OneFlow cannot give it two SBPs")
+                raise PlanningError(
+                    f"{producer.name} is a mutable input of both {owned_by[producer.name]} "
+                    f"and {op.name}; OneFlow cannot give it two SBPs"
+                )
             owned_by[producer.name] = op.name
     members: Dict[str, List[str]] = {}
     for var, update in owned_by.items():
         members.setdefault(update, []).append(var)
-    return [Unit((op.name, *members.get(op.name, ()))) for op in graph.ops.values() if op.name not in owned_by]
+    return [
+        Unit((op.name, *members.get(op.name, ())))
+        for op in graph.ops.values()
+        if op.name not in owned_by
+    ]
 
 
 def _derived(graph: Graph, update: Op, var: Op, sig: Signature) -> Optional[Signature]:
-    """The variable's signature implied by the update op's: its `out` takes the mutable input's SBP."""
+    """The variable's signature implied by the update op's: its `out` takes the mutable input's
+    SBP."""
     for ibn, lbn in update.inputs.items():
         if graph.tensor(lbn).producer == var.name:
             return Signature({bn: sig[ibn] for bn in var.outputs})
@@ -98,5 +106,7 @@ def fill_candidates(graph: Graph, unit: Unit, mesh: Placement, hold: Dict[str, s
         else:
             unit.candidates.append(tuple(joint))
     if not unit.candidates:
-        raise PlanningError(f"no signature of {head.name} ({head.type}) is valid for "
-                            f"{', '.join(v.name for v in rest) or 'its shapes'} on mesh {mesh}")
+        raise PlanningError(
+            f"no signature of {head.name} ({head.type}) is valid for "
+            f"{', '.join(v.name for v in rest) or 'its shapes'} on mesh {mesh}"
+        )
