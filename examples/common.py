@@ -14,7 +14,7 @@ from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.placement import placement
 from oneflow_autoddl.mesh import mesh_size, parse_mesh
 from oneflow_autoddl.planner import describe
-from oneflow_autoddl.report import comparison_table
+from oneflow_autoddl.report import summary
 
 PLANS = ("autoddl", "native", "dp", "megatron", "zero")
 
@@ -56,6 +56,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         "--json", default=None, help="write losses, step times and the plan here (rank 0)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar or tables")
+    parser.add_argument("--op-table", action="store_true", help="also print every op's SBP")
     parser.add_argument(
         "--save-job",
         default=None,
@@ -160,9 +161,9 @@ def train(graph, batches, args, device: str) -> dict:
                     f.write(graph._full_graph_proto.SerializeToString())
             plan = plan_json(graph, args, device)
             if rank0 and not args.quiet:
-                tqdm.write(f"\n{plan.table()}\n\n{comparison_table(plan)}\n")
+                tqdm.write(f"\n{summary(plan)}\n\n{plan.table(ops=args.op_table)}\n")
         bar.set_postfix(loss=f"{loss:.4f}", step_s=f"{times[-1]:.3f}")
-    result = {"losses": losses, "step_times_s": times, "plan": plan.to_json() if plan else None}
+    result = {"losses": losses, "step_times_s": times, "plan": plan.to_dict() if plan else None}
     if rank0 and args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -13,12 +13,11 @@ import re
 import sys
 from typing import List, Optional
 
-from .cost.cluster import PRESET_DIR, ClusterError, load_cluster, preset_names
-from .ir import GraphError
+from .cost.cluster import PRESET_DIR, load_cluster, preset_names
+from .errors import AutoDDLError, ConfigError, GraphError
 from .mesh import parse_mesh
 from .planner import STRATEGIES, plan
 from .report import op_table, parameter_table, summary, transfer_table
-from .search.units import PlanningError
 
 MODEL_NAMES = ("gpt", "vgg11", "vgg13", "vgg16", "vgg19")
 _UNITS = {
@@ -217,12 +216,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if getattr(args, "command", None) == "plan" and args.batch_size is None:
         try:
             devices = math.prod(parse_mesh(args.mesh))
-        except ValueError as e:
+        except ConfigError as e:
             parser.error(str(e))
         args.batch_size = 8 * devices
     try:
         return args.run(args)
-    except (ClusterError, GraphError, PlanningError, ValueError) as e:
+    except AutoDDLError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

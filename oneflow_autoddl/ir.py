@@ -10,6 +10,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .errors import GraphError
 from .sbp import Signature
 
 ROLES = ("forward", "backward", "optimizer", "variable", "io", "system")
@@ -26,10 +27,6 @@ DTYPE_BYTES = {
     "bool": 1,
     "char": 1,
 }
-
-
-class GraphError(ValueError):
-    """A graph the planner cannot read: the message says what is wrong and where."""
 
 
 @dataclass(frozen=True)

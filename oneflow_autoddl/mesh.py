@@ -3,6 +3,8 @@
 import re
 from typing import Tuple
 
+from .errors import ConfigError
+
 Mesh = Tuple[int, ...]
 
 
@@ -10,10 +12,10 @@ def parse_mesh(text: str) -> Mesh:
     """`"2x4"` -> (2, 4). Every axis must be a positive integer."""
     t = str(text).strip().lower()
     if not re.fullmatch(r"\d+(x\d+)*", t):
-        raise ValueError(f"mesh {text!r} is not of the form N or AxB (e.g. 8, 2x4, 16x64)")
+        raise ConfigError(f"mesh {text!r} is not of the form N or AxB (e.g. 8, 2x4, 16x64)")
     mesh = tuple(int(p) for p in t.split("x"))
     if any(h < 1 for h in mesh):
-        raise ValueError(f"mesh {text!r} has an axis of size 0")
+        raise ConfigError(f"mesh {text!r} has an axis of size 0")
     return mesh
 
 

@@ -10,13 +10,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from .errors import PlanMismatch
 from .ir import Graph
 from .mesh import format_mesh, parse_mesh
 from .sbp import NdSbp, Signature, format_nd, parse_nd
-
-
-class PlanMismatch(ValueError):
-    """A saved plan that does not fit the graph; the message names the first difference."""
 
 
 @dataclass
@@ -84,14 +81,26 @@ class Plan:
         return parse_mesh(self.mesh)
 
     # -- JSON ------------------------------------------------------------------------------------
-    def to_json(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, Any]:
+        """The plan as plain data (what `to_json` writes)."""
         return asdict(self)
 
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1, sort_keys=False)
+    def to_json(self) -> str:
+        """The plan as a JSON string that `Plan.from_json` reads back unchanged."""
+        return json.dumps(self.to_dict(), indent=1, sort_keys=False)
 
     @classmethod
-    def from_json(cls, data: Dict[str, Any]) -> "Plan":
+    def from_json(cls, text: str) -> "Plan":
+        """A plan from `to_json`'s string; PlanMismatch if it is not one of this version."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanMismatch(f"not a plan JSON: {e}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Plan":
+        """A plan from `to_dict`'s data; PlanMismatch if it is not one of this version."""
         try:
             fields = dict(data)
             fields["ops"] = {k: OpEntry(**v) for k, v in data["ops"].items()}
@@ -104,23 +113,21 @@ class Plan:
     @classmethod
     def load(cls, path: str) -> "Plan":
         with open(path) as f:
-            return cls.from_json(json.load(f))
+            return cls.from_json(f.read())
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
-            f.write(self.dumps())
+            f.write(self.to_json())
 
-    def table(self, op_limit: Optional[int] = None) -> str:
-        """Per-parameter and per-op SBP tables, and the costliest boxings (tabulate)."""
+    def table(self, ops: bool = False, op_limit: Optional[int] = None) -> str:
+        """The SBP of every parameter and the costliest boxings; with `ops`, every op's SBP too
+        (the first `op_limit`)."""
         from .report import op_table, parameter_table, transfer_table
 
-        return (
-            parameter_table(self)
-            + "\n\n"
-            + op_table(self, op_limit)
-            + "\n\n"
-            + transfer_table(self)
-        )
+        parts = [parameter_table(self), transfer_table(self)]
+        if ops:
+            parts.insert(1, op_table(self, op_limit))
+        return "\n\n".join(parts)
 
     # -- reuse -----------------------------------------------------------------------------------
     def check_matches(self, graph: Graph, mesh: Sequence[int]) -> None:

@@ -9,6 +9,8 @@ plain data: hashable, ordered, and cheap to compare, because the search compares
 import re
 from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from .errors import ConfigError
+
 
 class Sbp(NamedTuple):
     """One mesh axis' placement of a tensor: split along `axis`, broadcast, or partial-sum."""
@@ -33,7 +35,7 @@ P = Sbp("P")
 
 def S(axis: int) -> Sbp:
     if axis < 0:
-        raise ValueError(f"split axis must be >= 0, not {axis}")
+        raise ConfigError(f"split axis must be >= 0, not {axis}")
     return Sbp("S", axis)
 
 
@@ -52,7 +54,7 @@ def parse_sbp(text: str) -> Sbp:
         return S(int(m.group(1)))
     m = _ONE.match(t)
     if not m:
-        raise ValueError(f"not an SBP: {text!r} (expected S(k), B or P)")
+        raise ConfigError(f"not an SBP: {text!r} (expected S(k), B or P)")
     return S(int(m.group(1))) if m.group(1) is not None else Sbp(m.group(2) or m.group(3))
 
 
@@ -63,7 +65,7 @@ def parse_nd(text: str) -> NdSbp:
         inner = t[1:-1]
         parts = [p for p in re.split(r",(?![^()]*\))", inner) if p.strip()]
         if not parts:
-            raise ValueError(f"empty n-D SBP: {text!r}")
+            raise ConfigError(f"empty n-D SBP: {text!r}")
         return tuple(parse_sbp(p) for p in parts)
     return (parse_sbp(t),)
 

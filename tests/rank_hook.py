@@ -84,7 +84,7 @@ def compare(
 def _saved_plan_with(victim_type: str, signature):
     graph, inputs = rank_models.build("gpt", "2", plan="autoddl")
     good = _train(graph, inputs, 3)
-    plan = oneflow_autoddl.plan_of(graph).to_json()
+    plan = oneflow_autoddl.plan_of(graph).to_dict()
     victim = next(n for n, e in plan["ops"].items() if e["type"] == victim_type)
     plan["ops"][victim]["signature"] = signature
     path = f"/tmp/autoddl-bad-plan-{os.getpid()}.json"

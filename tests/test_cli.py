@@ -130,3 +130,34 @@ def test_a_users_own_model_traced_on_one_rank_plans_for_8_devices(ranks, tmp_pat
     assert "tanh" in json.dumps(plan["unplanned_ops"]) or any(
         e["type"] == "tanh" for e in plan["ops"].values()
     )
+
+
+def test_user_errors_are_reported_and_bugs_keep_their_traceback(monkeypatch, capsys):
+    from oneflow_autoddl import cli as cli_module
+    from oneflow_autoddl.errors import PlanningError
+
+    args = [
+        "plan",
+        "--model",
+        "vgg16",
+        "--mesh",
+        "2",
+        "--image-size",
+        "32",
+        "--width-mult",
+        "0.125",
+    ]
+
+    def refuse(*a, **k):
+        raise PlanningError("give more memory")
+
+    monkeypatch.setattr(cli_module, "plan", refuse)
+    assert cli_module.main(args) == 2
+    assert "error: give more memory" in capsys.readouterr().err
+
+    def bug(*a, **k):
+        raise KeyError("internal")
+
+    monkeypatch.setattr(cli_module, "plan", bug)
+    with pytest.raises(KeyError):
+        cli_module.main(args)

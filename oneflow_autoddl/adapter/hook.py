@@ -21,6 +21,7 @@ from oneflow.nn.graph.graph_block import GraphTensor
 from oneflow.nn.graph.graph_config import GraphConfig
 
 from ..cost.cluster import load_cluster
+from ..errors import ConfigError
 from ..plan import Plan, PlanMismatch
 from ..planner import STRATEGIES, hold_user_sbp
 from ..planner import plan as make_plan
@@ -57,7 +58,7 @@ def set_auto_parallel_planner(self, planner: str = "autoddl"):
     """`autoddl` (the search; the default once this package is imported), `native` (OneFlow's
     own pass), or an expert baseline applied as is: `data_parallel`, `megatron`, `zero`."""
     if planner not in PLANNERS:
-        raise ValueError(f"auto-parallel planner must be one of {PLANNERS}, not {planner!r}")
+        raise ConfigError(f"auto-parallel planner must be one of {PLANNERS}, not {planner!r}")
     _settings(self).planner = planner
 
 
@@ -70,14 +71,14 @@ def set_auto_parallel_cluster(self, cluster: str):
 def set_auto_parallel_ranks_per_node(self, ranks: int):
     """How many consecutive ranks share a node (default: the cluster's devices per node)."""
     if ranks < 1:
-        raise ValueError(f"ranks per node must be >= 1, not {ranks}")
+        raise ConfigError(f"ranks per node must be >= 1, not {ranks}")
     _settings(self).ranks_per_node = ranks
 
 
 def set_auto_parallel_memory_per_device(self, nbytes: float):
     """Memory one device may use for parameters, gradients, optimizer state and activations."""
     if nbytes <= 0:
-        raise ValueError(f"memory per device must be > 0 bytes, not {nbytes}")
+        raise ConfigError(f"memory per device must be > 0 bytes, not {nbytes}")
     _settings(self).memory_per_device = float(nbytes)
 
 
@@ -217,7 +218,7 @@ def _compile(self, *args, **kwargs):
         from .writeback import write_plan
 
         ir = read_job(job)
-        plan = Plan.from_json(_on_rank0(lambda: _obtain_plan(self, ir, settings).to_json()))
+        plan = Plan.from_dict(_on_rank0(lambda: _obtain_plan(self, ir, settings).to_dict()))
         planned = write_plan(job, plan)
     except Exception as e:  # a plan we cannot make must never stop training
         _fallback(self, f"planning failed ({type(e).__name__}: {e})")

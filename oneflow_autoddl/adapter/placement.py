@@ -5,6 +5,7 @@ from typing import List, Sequence
 import oneflow as flow
 from oneflow.core.job import sbp_parallel_pb2
 
+from ..errors import ConfigError
 from ..mesh import Mesh, mesh_size, parse_mesh, rank_grid
 from ..sbp import B, NdSbp, P, S, Sbp
 
@@ -14,7 +15,7 @@ def placement(device: str, mesh) -> "flow.placement":
     shape: Mesh = parse_mesh(mesh) if isinstance(mesh, str) else tuple(mesh)
     world = flow.env.get_world_size()
     if mesh_size(shape) != world:
-        raise ValueError(
+        raise ConfigError(
             f"mesh {'x'.join(map(str, shape))} has {mesh_size(shape)} devices but "
             f"{world} ranks were launched: pass --nproc_per_node/--nnodes to match"
         )

@@ -19,16 +19,13 @@ from typing import Dict, List, Tuple
 
 from oneflow.core.job import job_pb2
 
+from ..errors import InvalidPlan
 from ..ir import Graph
 from ..plan import Plan
 from ..rules import candidates
 from ..sbp import Signature, format_nd, format_signature
 from .job import signatures_of
 from .placement import to_proto
-
-
-class InvalidPlan(ValueError):
-    """A plan signature OneFlow would not accept; the message names the op."""
 
 
 def check_signatures(graph: Graph, plan: Plan) -> None:

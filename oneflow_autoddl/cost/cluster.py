@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import ClusterError
 from ..mesh import Mesh, format_mesh, mesh_size
 
 PRESET_DIR = os.path.join(os.path.dirname(__file__), "presets")
@@ -36,10 +37,6 @@ KERNEL_KINDS = (
 # own bandwidth and latency: on CPU, OneFlow's boxing moves bytes at a rate that depends on the
 # collective (its slicing, adding and socket work), measured by `calibrate`.
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
-
-
-class ClusterError(ValueError):
-    """A cluster file or a mesh that does not fit it; the message names the field or mismatch."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ OneFlow's names, blob names, shapes and attrs -- with `Op.native` None (no OneFl
 
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
+from ..errors import ConfigError
 from ..ir import Graph
 from ..mesh import mesh_size, parse_mesh
 from .template import load
@@ -24,14 +25,14 @@ def _placement(
 ) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     shape = parse_mesh(mesh) if isinstance(mesh, str) else tuple(int(h) for h in mesh)
     if not shape or any(h < 1 for h in shape):
-        raise ValueError(
+        raise ConfigError(
             f"mesh {mesh!r} must be one or more positive axis sizes, e.g. (8,) or (16, 64)"
         )
     if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, not {device!r}")
+        raise ConfigError(f"device must be one of {DEVICES}, not {device!r}")
     ranks = tuple(range(mesh_size(shape))) if ranks is None else tuple(ranks)
     if len(ranks) != mesh_size(shape):
-        raise ValueError(
+        raise ConfigError(
             f"mesh {shape} holds {mesh_size(shape)} devices, but {len(ranks)} ranks were given"
         )
     return shape, ranks
@@ -40,7 +41,7 @@ def _placement(
 def _positive(**sizes: int) -> None:
     for name, value in sizes.items():
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+            raise ConfigError(f"{name} must be a positive integer, not {value!r}")
 
 
 def build_gpt(
@@ -61,11 +62,11 @@ def build_gpt(
     """
     _positive(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, vocab=vocab, batch=batch)
     if layers < 2:
-        raise ValueError(
+        raise ConfigError(
             f"layers must be >= 2 (the templates hold a first and a last block), not {layers}"
         )
     if hidden % heads:
-        raise ValueError(f"hidden {hidden} must be a multiple of heads {heads}")
+        raise ConfigError(f"hidden {hidden} must be a multiple of heads {heads}")
     shape, ranks = _placement(mesh, device, ranks)
     sizes = {
         "batch": batch,
@@ -99,21 +100,21 @@ def build_vgg(
     64w, 128w, ..., 4096w in the ratios 1 : 2 : ... : 64 after rounding (0.125, 0.25, 1.0 do).
     """
     if depth not in VGG_DEPTHS:
-        raise ValueError(f"depth must be one of {VGG_DEPTHS}, not {depth!r}")
+        raise ConfigError(f"depth must be one of {VGG_DEPTHS}, not {depth!r}")
     _positive(image_size=image_size, num_classes=num_classes, batch=batch)
     if image_size < 32:
-        raise ValueError(f"image_size {image_size} is too small for 5 max-pools (at least 32)")
+        raise ConfigError(f"image_size {image_size} is too small for 5 max-pools (at least 32)")
     if image_size % 32:
-        raise ValueError(
+        raise ConfigError(
             f"image_size {image_size} must be a multiple of 32, so that 5 max-pools halve it "
             "exactly"
         )
     if width_mult <= 0:
-        raise ValueError(f"width_mult must be > 0, not {width_mult}")
+        raise ConfigError(f"width_mult must be > 0, not {width_mult}")
     first = _scaled(64, width_mult)
     widths = [_scaled(c, width_mult) for c in _VGG_CHANNELS]
     if widths != [c // 64 * first for c in _VGG_CHANNELS]:
-        raise ValueError(
+        raise ConfigError(
             f"width_mult {width_mult} gives widths {widths} for {list(_VGG_CHANNELS)}, "
             f"not multiples 1, 2, 4, 8, 64 of {first}: choose a multiple of 1/64"
         )
@@ -152,7 +153,7 @@ def build(
 ) -> Graph:
     """`build("gpt3-175b", (128, 8))`; keyword sizes override the configuration's."""
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}")
+        raise ConfigError(f"unknown model {name!r}: choose one of {', '.join(sorted(MODELS))}")
     builder, defaults = MODELS[name]
     return builder(mesh=mesh, device=device, ranks=ranks, **{**defaults, **sizes})
 

@@ -11,14 +11,11 @@ get a single candidate: the signature OneFlow chose.
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from ..errors import PlanningError
 from ..ir import Graph, Op, Placement
 from ..rules import candidates as rule_candidates
 from ..rules import get_rule, has_rule, same_sbp_inputs
 from ..sbp import Signature, broadcast
-
-
-class PlanningError(ValueError):
-    """The graph cannot be planned as asked; the message says what to change."""
 
 
 @dataclass
