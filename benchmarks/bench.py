@@ -1,22 +1,18 @@
 """Running benchmark rank functions and printing their tables."""
 
 import json
-import os
-import sys
 from typing import Any, List
 
 from tabulate import tabulate
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from ranks import run_on_ranks  # noqa: E402
+from oneflow_autoddl.launch import run_on_ranks
 
 NPROC = {"1": 1, "2": 2, "4": 4, "2x2": 4}
 
 
 def on_ranks(target: str, mesh: str, timeout: float = 1800, **kwargs) -> List[Any]:
-    """benchmarks/<module>.py:function on the ranks `mesh` needs; results of every rank."""
-    return run_on_ranks(target, NPROC[mesh], timeout=timeout, paths=[HERE], mesh=mesh, **kwargs)
+    """`benchmarks.<module>:function` on the ranks `mesh` needs; results of every rank."""
+    return run_on_ranks(target, NPROC[mesh], timeout=timeout, mesh=mesh, **kwargs)
 
 
 def round_orders(plans, rounds: int):

@@ -1,6 +1,6 @@
 """Predicted vs measured bytes sent per rank per step, on real CPU ranks.
 
-    python benchmarks/bytes_check.py [--meshes 2,2x2] [--models gpt,vgg] [--json rows.json]
+    python -m benchmarks.bytes_check [--meshes 2,2x2] [--models gpt,vgg] [--json rows.json]
 
 For the examples' GPT and VGG models (their default sizes), under data parallel,
 Megatron-style and AutoDDL plans (on 2x2 the last two are 2-D plans): what each rank
@@ -11,7 +11,7 @@ is exactly OneFlow's CommNet traffic) beside what the cost model predicted for t
 import argparse
 import statistics
 
-from bench import on_ranks, show, write_json
+from benchmarks.bench import on_ranks, show, write_json
 
 GPT = {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 32, "vocab": 256}
 VGG = {"depth": 16, "width_mult": 0.125, "image_size": 32, "num_classes": 10}
@@ -24,7 +24,7 @@ def check(meshes, models, plans=PLANS, steps=4):
         for model in models:
             sizes, batch = (GPT, 8) if model == "gpt" else (VGG, 16)
             per_rank = on_ranks(
-                "rank_bench:measure",
+                "benchmarks.rank_bench:measure",
                 mesh,
                 model=model,
                 plans=plans,

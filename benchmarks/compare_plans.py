@@ -1,7 +1,7 @@
 """AutoDDL beside data parallel, Megatron-style and OneFlow's native auto-parallel, measured in one
 run.
 
-    python benchmarks/compare_plans.py [--meshes 4,2x2] [--rounds 12] [--json compare.json]
+    python -m benchmarks.compare_plans [--meshes 4,2x2] [--rounds 12] [--json compare.json]
 
 On 4 CPU ranks of this machine, for the examples' GPT and VGG models at sizes where
 communication is a large part of a step: step time and bytes sent per rank per step (wchar),
@@ -22,7 +22,7 @@ import itertools
 import math
 import statistics
 
-from bench import on_ranks, show, write_json
+from benchmarks.bench import on_ranks, show, write_json
 
 GPT = {"layers": 2, "hidden": 512, "heads": 8, "seq_len": 32, "vocab": 512}
 VGG = {"depth": 16, "width_mult": 0.25, "image_size": 32, "num_classes": 10}
@@ -36,7 +36,7 @@ def run(meshes, models, steps=2, rounds=12):
         for model in models:
             sizes, batch = (GPT, 8) if model == "gpt" else (VGG, 16)
             per_rank = on_ranks(
-                "rank_bench:measure",
+                "benchmarks.rank_bench:measure",
                 mesh,
                 model=model,
                 plans=PLANS,

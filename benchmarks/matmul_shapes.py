@@ -1,6 +1,6 @@
 """Matmul FLOP rate by shape on 4 CPU ranks: what one rate per dtype in the cluster file misses.
 
-    python benchmarks/matmul_shapes.py [--nproc 4] [--json shapes.json]
+    python -m benchmarks.matmul_shapes [--nproc 4] [--json shapes.json]
 
 Each shape (rows per rank x K x N) is timed as calibrate times its matmul chain (16 stages,
 here two matmuls a stage, x @ W then @ W2, the median of 9 steps), all ranks at once; the rate
@@ -11,8 +11,7 @@ ranks and 128 under Megatron-style on 2 x 2.
 
 import argparse
 
-from bench import HERE, run_on_ranks, show, write_json
-
+from benchmarks.bench import run_on_ranks, show, write_json
 from oneflow_autoddl.cost.cluster import load_cluster
 
 SHAPES = [
@@ -55,7 +54,7 @@ def main():
     args = parser.parse_args()
     cluster = load_cluster(args.cluster)
     seconds = run_on_ranks(
-        "matmul_shapes:rates", args.nproc, timeout=900, paths=[HERE], shapes=SHAPES
+        "benchmarks.matmul_shapes:rates", args.nproc, timeout=900, shapes=SHAPES
     )[0]
     rows = []
     for (m, k, n), t in zip(SHAPES, seconds):

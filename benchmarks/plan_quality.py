@@ -1,6 +1,6 @@
 """AutoDDL's plans beside the expert plans, predicted for clusters we do not have.
 
-    python benchmarks/plan_quality.py [--quick] [--json quality.json]
+    python -m benchmarks.plan_quality [--quick] [--json quality.json]
 
 GPT 2.7B, 13B and 175B and VGG16 on meshes of 8, 2x4, 8x8, 16x64 and 128x8 devices of the
 dgx-a100 preset, and on 8 and 16x64 nodes of piz-daint (one P100 per node): predicted step
@@ -14,8 +14,7 @@ fastest baseline that fits, in every row.
 import argparse
 import math
 
-from bench import show, write_json
-
+from benchmarks.bench import show, write_json
 from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import Planner, plan

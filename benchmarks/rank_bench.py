@@ -5,22 +5,18 @@ import atexit
 import hashlib
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+import oneflow as flow
 
-import oneflow as flow  # noqa: E402
-import rank_models  # noqa: E402
-from bench import round_orders  # noqa: E402
-
-import oneflow_autoddl  # noqa: E402
-from oneflow_autoddl.adapter.job import read_job  # noqa: E402
-from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks  # noqa: E402
-from oneflow_autoddl.ir import Graph  # noqa: E402
-from oneflow_autoddl.planner import describe  # noqa: E402
+import oneflow_autoddl
+from benchmarks.bench import round_orders
+from examples import models as rank_models
+from oneflow_autoddl.adapter.job import read_job
+from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks
+from oneflow_autoddl.ir import Graph
+from oneflow_autoddl.planner import describe
 
 
 def wchar() -> int:

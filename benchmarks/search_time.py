@@ -1,6 +1,6 @@
 """How long planning takes: beside OneFlow's native pass, and against graph and mesh size.
 
-    python benchmarks/search_time.py [--json times.json]
+    python -m benchmarks.search_time [--json times.json]
 
 1. On the Jobs of benchmarks/compare_plans.py (traced on 4 CPU ranks, 1-D and 2x2): the
    native pass's time (build_graph with enable_auto_parallel on, minus off) beside
@@ -15,9 +15,8 @@ import argparse
 import math
 import time
 
-from bench import on_ranks, show, write_json
-from compare_plans import GPT, VGG
-
+from benchmarks.bench import on_ranks, show, write_json
+from benchmarks.compare_plans import GPT, VGG
 from oneflow_autoddl.models import build_gpt
 from oneflow_autoddl.planner import plan
 
@@ -51,7 +50,7 @@ def traced_rows(meshes=("4", "2x2")):
     rows = []
     for mesh in meshes:
         rows += on_ranks(
-            "rank_bench:native_pass_time",
+            "benchmarks.rank_bench:native_pass_time",
             mesh,
             models=["gpt", "vgg"],
             sizes_by_model={"gpt": GPT, "vgg": VGG},

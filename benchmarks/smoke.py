@@ -1,7 +1,7 @@
 """Both examples for 50 steps on 4 CPU ranks (2x2): the loss falls and the plan records every
 parameter.
 
-python benchmarks/smoke.py [--steps 50] [--json smoke.json]
+python -m benchmarks.smoke [--steps 50] [--json smoke.json]
 """
 
 import argparse
@@ -10,7 +10,8 @@ import os
 import statistics
 import tempfile
 
-from bench import run_on_ranks, show, write_json
+from benchmarks.bench import show, write_json
+from oneflow_autoddl.launch import run_script
 
 
 def main():
@@ -35,9 +36,8 @@ def main():
             )
             for name in ("gpt", "vgg")
         ]
-        run_on_ranks(
-            "rank_examples:run", 4, timeout=1800, examples=examples
-        )  # tests/rank_examples.py
+        for name, argv in examples:
+            run_script([f"examples/{name}.py", *argv], 4, timeout=1800)
         for name, _ in examples:
             with open(os.path.join(d, name)) as f:
                 out = json.load(f)

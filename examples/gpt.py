@@ -6,15 +6,11 @@
 """
 
 import argparse
-import os
-import sys
 
 import numpy as np
 import oneflow as flow
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import TrainGraph, start, train  # noqa: E402
-from gpt_model import GPT, GPTLoss  # noqa: E402
+from common import TrainGraph, start, train
+from gpt_model import GPT, GPTLoss
 
 
 def token_stream(args):

@@ -1,9 +1,34 @@
-"""Start a module on N local OneFlow ranks, on a free port (other jobs may hold 29500)."""
+"""Start OneFlow ranks on this machine: a module, or one function whose JSON each rank returns.
 
+Every launch takes a free --master_port (other jobs may hold OneFlow's default 29500). A
+function run by `run_on_ranks` gets its own working directory (OneFlow writes ./log there)
+and a timeout; the launcher and all ranks live in one process group that is killed when the
+run ends, however it ends, so no rank outlives its caller.
+
+    python -m oneflow_autoddl.launch OUT_DIR module:function JSON_KWARGS
+
+is the entry point of one such rank (run by the launcher, not by hand): it calls the function
+with the keyword arguments and writes its result to OUT_DIR/rank<r>.json, its stderr to
+OUT_DIR/rank<r>.err.
+"""
+
+import importlib
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
-from typing import List
+import tempfile
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Sequence
+
+LAUNCHED_GROUPS = set()  # process groups this interpreter started (see alive_groups)
+
+
+class RankFailure(AssertionError):
+    """A rank failed or the run timed out; the message holds the failing rank's stderr."""
 
 
 def free_port() -> int:
@@ -12,16 +37,177 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_module(module: str, nproc: int, args: List[str]) -> int:
-    cmd = [
+def launcher(nproc: int, port: Optional[int] = None) -> List[str]:
+    """The command line that starts `nproc` local ranks (append the script or `-m module`)."""
+    return [
         sys.executable,
         "-m",
         "oneflow.distributed.launch",
         "--nproc_per_node",
         str(nproc),
         "--master_port",
-        str(free_port()),
-        "-m",
-        module,
-    ] + args
-    return subprocess.call(cmd)
+        str(port or free_port()),
+    ]
+
+
+def run_module(module: str, nproc: int, args: List[str]) -> int:
+    """Run `python -m module args` on `nproc` local ranks in the foreground; its exit code."""
+    return subprocess.call(launcher(nproc) + ["-m", module] + args)
+
+
+def run_script(
+    args: Sequence[str], nproc: int, timeout: float = 600, cwd: Optional[str] = None
+) -> str:
+    """Run `python ARGS` (a script and its flags, or `-m module ...`) on `nproc` local ranks as
+    a user would; returns what it printed. RankFailure, with the output's tail, when it fails or
+    runs past `timeout`."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(
+            launcher(nproc) + list(args),
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        LAUNCHED_GROUPS.add(proc.pid)
+        try:
+            code: Optional[int] = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            kill_group(proc)
+        log.seek(0)
+        output = log.read()
+    if code != 0:
+        what = f"timed out after {timeout:.0f} s" if code is None else f"exited with {code}"
+        raise RankFailure(f"{' '.join(args)} on {nproc} ranks {what}:\n{output[-6000:]}")
+    return output
+
+
+def _live_members(pgid: int) -> List[int]:
+    """PIDs in process group `pgid` that are not zombies (killed ranks wait to be reaped)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def alive_groups() -> List[int]:
+    """Those of the process groups this interpreter launched that still have a live process."""
+    return [pgid for pgid in sorted(LAUNCHED_GROUPS) if _live_members(pgid)]
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL, the launcher's whole group, until none of it is left running."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.time() + 5
+        while time.time() < deadline and _live_members(proc.pid):
+            time.sleep(0.1)
+        if not _live_members(proc.pid):
+            break
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _tail(path: str, limit: int = 6000) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-limit:]
+    except FileNotFoundError:
+        return "(no stderr file)"
+
+
+def run_on_ranks(
+    target: str,
+    nproc: int,
+    timeout: float = 240,
+    env: Optional[Dict[str, str]] = None,
+    paths: Optional[Sequence[str]] = None,
+    **kwargs: Any,
+) -> List[Any]:
+    """Call `module:function(**kwargs)` on `nproc` local ranks; the results in rank order.
+
+    The ranks import `module` from `paths` (default: the caller's working directory), which
+    go first on their PYTHONPATH. Raises RankFailure with the stderr of the first rank that
+    gave no result, or of every rank on a timeout.
+    """
+    roots = [os.path.abspath(p) for p in (paths or [os.getcwd()])]
+    with tempfile.TemporaryDirectory(prefix="autoddl-ranks-") as out_dir:
+        cmd = launcher(nproc) + ["-m", __name__, out_dir, target, json.dumps(kwargs)]
+        pythonpath = os.pathsep.join(roots + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        run_env = dict(os.environ, PYTHONPATH=pythonpath, **(env or {}))
+        with open(os.path.join(out_dir, "launcher.log"), "w") as log:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=out_dir,
+                env=run_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            LAUNCHED_GROUPS.add(proc.pid)
+            try:
+                code: Optional[int] = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                code = None
+            finally:
+                kill_group(proc)
+        return _collect(out_dir, target, nproc, code, timeout)
+
+
+def _collect(out_dir: str, target: str, nproc: int, code: Optional[int], timeout: float):
+    results = []
+    for rank in range(nproc):
+        path = os.path.join(out_dir, f"rank{rank}.json")
+        if not os.path.exists(path):
+            what = f"timed out after {timeout:.0f} s" if code is None else f"exited with {code}"
+            raise RankFailure(
+                f"{target} on {nproc} ranks {what}; rank {rank} gave no result. Its stderr:\n"
+                f"{_tail(os.path.join(out_dir, f'rank{rank}.err'))}\n"
+                f"launcher:\n{_tail(os.path.join(out_dir, 'launcher.log'), 2000)}"
+            )
+        with open(path) as f:
+            results.append(json.load(f))
+    if code != 0:
+        raise RankFailure(
+            f"{target} on {nproc} ranks: launcher exited with {code}\n"
+            f"{_tail(os.path.join(out_dir, 'launcher.log'))}"
+        )
+    return results
+
+
+def _rank_main(out_dir: str, target: str, kwargs: Dict[str, Any]) -> int:
+    """One rank of `run_on_ranks`: stderr to rank<r>.err, the result to rank<r>.json."""
+    rank = int(os.environ.get("RANK", "0"))
+    err = open(os.path.join(out_dir, f"rank{rank}.err"), "w")
+    os.dup2(err.fileno(), 2)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    module_name, func_name = target.split(":")
+    try:
+        result = getattr(importlib.import_module(module_name), func_name)(**kwargs)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    tmp = os.path.join(out_dir, f"rank{rank}.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, os.path.join(out_dir, f"rank{rank}.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_rank_main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))

@@ -1,17 +1,15 @@
 """Shared fixtures: the rank harness, and a check that no launched rank outlives the suite."""
 
-import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ranks import alive_groups, run_on_ranks  # noqa: E402
+from oneflow_autoddl.launch import alive_groups, run_on_ranks
 
 
 @pytest.fixture(scope="session")
 def ranks():
-    """`ranks(target, nproc, **kwargs)` runs tests/<module>.<function> on real OneFlow ranks."""
+    """`ranks("tests.ranks.<module>:<function>", nproc, **kwargs)` runs it on real OneFlow ranks."""
     return run_on_ranks
 
 

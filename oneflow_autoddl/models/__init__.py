@@ -2,7 +2,7 @@
 laptop.
 
 `build_gpt` and `build_vgg` instantiate templates traced once from OneFlow 0.9.0 (see
-template.py, made by `python -m oneflow_autoddl.adapter.templates`), so the ir.Graph is the
+template.py, made by `python -m tools.make_templates`), so the ir.Graph is the
 one `read_job` would give for a trace at these sizes -- forward, backward and optimizer ops,
 OneFlow's names, blob names, shapes and attrs -- with `Op.native` None (no OneFlow to choose).
 """

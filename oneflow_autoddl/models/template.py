@@ -1,7 +1,7 @@
 """Symbolic training-graph templates (models/templates/*.json) and their instantiation as ir.Graph.
 
 A template is one OneFlow 0.9.0 trace of an example's training graph (forward, backward,
-optimizer), written by `python -m oneflow_autoddl.adapter.templates`, with every dimension
+optimizer), written by `python -m tools.make_templates`, with every dimension
 a monomial of the model's sizes (see symbols.py). Repeated Transformer blocks are traced
 three times: block 0 stands for the first block, block 1 for every middle one, block 2
 for the last, so a template of 3 blocks instantiates any depth L >= 2.
@@ -208,7 +208,7 @@ def load(name: str) -> Template:
     path = os.path.join(TEMPLATE_DIR, f"{name}.json")
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"no template {path}: make it with `python -m oneflow_autoddl.adapter.templates`"
+            f"no template {path}: make it with `python -m tools.make_templates`"
         )
     with open(path) as f:
         return Template(json.load(f))

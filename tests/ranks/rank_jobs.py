@@ -1,19 +1,14 @@
-"""Functions the tests run on OneFlow ranks (through tests/ranks.py). Each returns JSON."""
+"""Functions the tests run on OneFlow ranks (oneflow_autoddl.launch.run_on_ranks); each returns
+JSON."""
 
-import os
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import oneflow as flow
 from oneflow import nn
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-
-from common import TrainGraph  # noqa: E402  (examples/common.py)
-
-from oneflow_autoddl.adapter.placement import placement  # noqa: E402
+from examples.common import TrainGraph
+from oneflow_autoddl.adapter.placement import placement
 
 
 def _mlp(place, nd):

@@ -1,6 +1,6 @@
 """Trace the examples' training graphs once and write them as symbolic templates.
 
-    python -m oneflow_autoddl.adapter.templates        # one rank, plain python, ~20 s
+    python -m tools.make_templates        # from the repository root; one rank, plain python
 
 The planner must plan GPT-3 on 1,024 devices where OneFlow cannot even allocate the
 model, so `oneflow_autoddl.models` instantiates these templates instead of tracing. Each
@@ -24,16 +24,16 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import oneflow as flow
 
-from ..ir import Graph
-from ..models.symbols import factorise
-from ..models.template import TEMPLATE_BLOCKS, TEMPLATE_DIR, Template
-from .job import read_job
+from examples.common import TrainGraph
+from examples.gpt_model import GPT, GPTLoss
+from examples.vgg_model import CONFIGS, VGG, scaled
+from oneflow_autoddl.adapter.job import read_job
+from oneflow_autoddl.ir import Graph
+from oneflow_autoddl.models.symbols import factorise
+from oneflow_autoddl.models.template import TEMPLATE_BLOCKS, TEMPLATE_DIR, Template
 
 log = logging.getLogger("oneflow_autoddl")
 
-EXAMPLES = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples"
-)
 GRAPH_NAME = "TrainGraph_0"  # what OneFlow names the first TrainGraph of a process
 BLOCK_PREFIX = "model.h"  # GPT's blocks: nn.Sequential `h` of the module the examples call `model`
 # Distinct primes for the free sizes; the second assignment checks the factorisation. VGG's
@@ -50,11 +50,6 @@ _COUNTER = re.compile(r"^(.*)-(\d+)$")
 
 class TemplateError(RuntimeError):
     """A trace the template format cannot express, or a template that does not reproduce a trace."""
-
-
-def _examples():
-    if EXAMPLES not in sys.path:
-        sys.path.insert(0, EXAMPLES)
 
 
 @contextlib.contextmanager
@@ -84,8 +79,6 @@ def fused_layer_norm():
 
 def _trace(model, loss_fn, optimizer, inputs) -> Graph:
     """The examples' TrainGraph (data parallel, so no planner runs), traced on rank 0 only."""
-    _examples()
-    from common import TrainGraph
 
     graph = TrainGraph(model, loss_fn, optimizer, argparse.Namespace(plan="dp"))
     graph.build_graph(*inputs)
@@ -108,8 +101,6 @@ def _batch(place, broadcast, *shape, dtype=flow.float32):
 
 def trace_gpt(sizes: Mapping[str, int], layers: int, fused: bool) -> Graph:
     """examples/gpt.py's training graph (GPT + GPTLoss, AdamW); `fused`: LayerNorm as on CUDA."""
-    _examples()
-    from gpt_model import GPT, GPTLoss
 
     place, broadcast = _one_device()
     model = GPT(
@@ -124,8 +115,6 @@ def trace_gpt(sizes: Mapping[str, int], layers: int, fused: bool) -> Graph:
 
 def trace_vgg(depth: int, sizes: Mapping[str, int]) -> Graph:
     """examples/vgg.py's training graph (VGG, cross entropy, SGD with momentum)."""
-    _examples()
-    from vgg_model import CONFIGS, VGG, scaled
 
     place, broadcast = _one_device()
     width = sizes["channels"] / 64
@@ -284,7 +273,7 @@ def make_template(
         _check_aligned(out)
     return {
         "model": model,
-        "made_by": "python -m oneflow_autoddl.adapter.templates",
+        "made_by": "python -m tools.make_templates",
         "oneflow": flow.__version__,
         "sizes": dict(sizes),
         "blocks": blocks,
@@ -390,7 +379,7 @@ def _write(data: Dict[str, Any], path: str) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m oneflow_autoddl.adapter.templates",
+        prog="python -m tools.make_templates",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

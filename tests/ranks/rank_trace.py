@@ -3,20 +3,14 @@ run them) and return rank 0's Job, base64-encoded, for tests/test_models.py to r
 
 import argparse
 import base64
-import os
-import sys
 
 import oneflow as flow
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-
-from common import TrainGraph  # noqa: E402
-from gpt_model import GPT, GPTLoss  # noqa: E402
-from vgg_model import VGG  # noqa: E402
-
-from oneflow_autoddl.adapter.placement import placement  # noqa: E402
-from oneflow_autoddl.mesh import parse_mesh  # noqa: E402
+from examples.common import TrainGraph
+from examples.gpt_model import GPT, GPTLoss
+from examples.vgg_model import VGG
+from oneflow_autoddl.adapter.placement import placement
+from oneflow_autoddl.mesh import parse_mesh
 
 
 def _on(mesh: str):

@@ -20,7 +20,12 @@ RUNS = {"1-D": ("2", 2, MODELS, 2), "2x2": ("2x2", 4, ["gpt", "vgg"], 1)}
 def accepted(request, ranks):
     mesh, nproc, models, rounds = RUNS[request.param]
     return mesh, ranks(
-        "rank_acceptance:accept_all", nproc, timeout=900, models=models, mesh=mesh, rounds=rounds
+        "tests.ranks.rank_acceptance:accept_all",
+        nproc,
+        timeout=900,
+        models=models,
+        mesh=mesh,
+        rounds=rounds,
     )[0]
 
 

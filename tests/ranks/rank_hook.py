@@ -6,9 +6,9 @@ import os
 import time
 
 import oneflow as flow
-import rank_models
 
 import oneflow_autoddl
+from examples import models as rank_models
 from oneflow_autoddl.adapter import writeback
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import compiled_mismatches

@@ -6,7 +6,6 @@ import logging
 
 import numpy as np
 import pytest
-from irkit import Kit
 
 from oneflow_autoddl.cost.cluster import cluster_from_json, load_cluster
 from oneflow_autoddl.cost.model import INFEASIBLE, CostModel
@@ -19,6 +18,7 @@ from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
 from oneflow_autoddl.search.problem import SERIAL, Problem, Weights
 from oneflow_autoddl.search.units import PlanningError
+from tests.irkit import Kit
 
 
 def chain(mesh, depth=2, width=64, batch=16):

@@ -20,7 +20,9 @@ CASES_2D = CASES[:3]
 def runs(request, ranks):
     mesh, nproc = request.param
     cases = CASES + NATIVE if mesh == "2" else CASES_2D
-    return mesh, ranks("rank_hook:compare", nproc, timeout=900, cases=cases, mesh=mesh)[0]
+    return mesh, ranks("tests.ranks.rank_hook:compare", nproc, timeout=900, cases=cases, mesh=mesh)[
+        0
+    ]
 
 
 @pytest.mark.ranks
@@ -60,7 +62,7 @@ def test_native_planner_chosen_per_graph(runs):
 
 @pytest.fixture(scope="module")
 def fallbacks(ranks):
-    return ranks("rank_hook:fallbacks", 2, timeout=600)[0]
+    return ranks("tests.ranks.rank_hook:fallbacks", 2, timeout=600)[0]
 
 
 @pytest.mark.ranks

@@ -1,18 +1,12 @@
-"""On ranks: the examples' own main(), and a model outside the examples traced for the CLI."""
+"""On one rank: a model outside the examples, traced for the CLI's --job."""
 
-import importlib
 from types import SimpleNamespace
 
 import oneflow as flow
-from common import TrainGraph  # examples/common.py
 from oneflow import nn
 
+from examples.common import TrainGraph
 from oneflow_autoddl.adapter.trace import save_job
-
-
-def run(examples):
-    """{name: result of examples/<name>.py main(argv)} for each (name, argv)."""
-    return {name: importlib.import_module(name).main(argv) for name, argv in examples}
 
 
 def trace_cnn(path: str):

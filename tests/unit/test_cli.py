@@ -109,29 +109,6 @@ def test_a_file_that_is_not_a_job(tmp_path):
     assert out.returncode != 0 and "not a serialized OneFlow Job" in out.stderr
 
 
-@pytest.mark.ranks
-def test_a_users_own_model_traced_on_one_rank_plans_for_8_devices(ranks, tmp_path):
-    path = str(tmp_path / "cnn.job")
-    ranks("rank_examples:trace_cnn", 1, path=path)
-    out = cli(
-        "plan",
-        "--job",
-        path,
-        "--mesh",
-        "8",
-        "--cluster",
-        "dgx-a100",
-        "--json",
-        str(tmp_path / "p.json"),
-    )
-    assert out.returncode == 0, out.stderr
-    plan = json.loads((tmp_path / "p.json").read_text())
-    assert plan["mesh"] == "8"
-    assert "tanh" in json.dumps(plan["unplanned_ops"]) or any(
-        e["type"] == "tanh" for e in plan["ops"].values()
-    )
-
-
 def test_user_errors_are_reported_and_bugs_keep_their_traceback(monkeypatch, capsys):
     from oneflow_autoddl import cli as cli_module
     from oneflow_autoddl.errors import PlanningError

@@ -1,11 +1,11 @@
 """Op rules against OneFlow 0.9.0's GetSbp lists, and the n-D candidates built from them."""
 
 import pytest
-from irkit import Kit
 
 from oneflow_autoddl.rules import candidates, get_rule, has_rule, one_d_candidates, same_sbp_inputs
 from oneflow_autoddl.rules.shape import reshape_split_pairs
 from oneflow_autoddl.sbp import S
+from tests.irkit import Kit
 
 
 def _one_d(kit, name, h=2):

@@ -1,19 +1,20 @@
 """The rank harness: results per rank, a failing rank's stderr, timeouts that kill every child."""
 
 import pytest
-from ranks import RankFailure, alive_groups
+
+from oneflow_autoddl.launch import RankFailure, alive_groups
 
 
 @pytest.mark.ranks
 def test_failing_rank_reports_its_stderr(ranks):
     with pytest.raises(RankFailure) as err:
-        ranks("rank_harness:fail_on_rank", 2, rank=1)
+        ranks("tests.ranks.rank_harness:fail_on_rank", 2, rank=1)
     assert "rank 1 refuses" in str(err.value)
 
 
 @pytest.mark.ranks
 def test_timeout_kills_every_child(ranks):
     with pytest.raises(RankFailure) as err:
-        ranks("rank_harness:sleep", 2, timeout=10, seconds=600)
+        ranks("tests.ranks.rank_harness:sleep", 2, timeout=10, seconds=600)
     assert "timed out" in str(err.value)
     assert alive_groups() == []

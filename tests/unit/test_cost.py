@@ -5,7 +5,6 @@ import itertools
 import json
 
 import pytest
-from irkit import Kit
 
 from oneflow_autoddl.cost.boxing import MESSAGE_OVERHEAD, nccl_axis_cost, oneflow_cpu_axis_cost
 from oneflow_autoddl.cost.cluster import (
@@ -22,6 +21,7 @@ from oneflow_autoddl.cost.schedule import Scheduler
 from oneflow_autoddl.rules import OpView, get_rule
 from oneflow_autoddl.sbp import B, S, Signature, parse_nd
 from oneflow_autoddl.search.problem import Problem
+from tests.irkit import Kit
 
 T = 4 * 2**20  # bytes: the tensors measured on CPU ranks were 1M floats
 SHAPE = (4096, 256)

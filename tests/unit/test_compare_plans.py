@@ -1,13 +1,6 @@
 """compare_plans' ordering check: plans of one program rank as one; a pair counts only where the
 rounds separate it beyond chance (sign test); every plan takes every turn alike."""
 
-import os
-import sys
-
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-)
-
 
 def row(plan, program, predicted, rounds):
     return {
@@ -22,7 +15,7 @@ def row(plan, program, predicted, rounds):
 
 
 def test_sign_test_is_exact_and_two_sided():
-    from compare_plans import sign_test
+    from benchmarks.compare_plans import sign_test
 
     assert sign_test(12, 12) == sign_test(0, 12) == 2 / 2**12
     assert abs(sign_test(11, 12) - 2 * 13 / 2**12) < 1e-15
@@ -30,7 +23,7 @@ def test_sign_test_is_exact_and_two_sided():
 
 
 def test_identical_programs_rank_as_one_and_only_separated_pairs_count():
-    from compare_plans import order_kept
+    from benchmarks.compare_plans import order_kept
 
     dp = [0.40 + 0.01 * (k % 3) for k in range(12)]
     rows = [
@@ -48,7 +41,7 @@ def test_identical_programs_rank_as_one_and_only_separated_pairs_count():
 
 
 def test_a_pair_faster_in_too_few_rounds_is_no_pair():
-    from compare_plans import order_kept
+    from benchmarks.compare_plans import order_kept
 
     dp = [0.40] * 12
     # autoddl faster in 9 of 12 rounds (p = 0.146): the machine could do that; in 11 of 12 it could
@@ -60,14 +53,14 @@ def test_a_pair_faster_in_too_few_rounds_is_no_pair():
 
 
 def test_paired_ratio_is_taken_round_by_round():
-    from compare_plans import paired_ratio
+    from benchmarks.compare_plans import paired_ratio
 
     # a drift that doubles both plans' times does not move the ratio
     assert paired_ratio([0.9, 1.8, 0.9], [1.0, 2.0, 1.0]) == 0.9
 
 
 def test_every_plan_takes_every_turn_alike():
-    from bench import round_orders
+    from benchmarks.bench import round_orders
 
     plans = ["dp", "megatron", "native", "autoddl"]
     orders = round_orders(plans, 2 * len(plans))

@@ -1,15 +1,17 @@
-"""The examples' models at test sizes, as untraced training graphs with their inputs."""
+"""The examples' models at test sizes, as untraced training graphs with their inputs (for the tests
+and benchmarks)."""
 
 from types import SimpleNamespace
 
-import common  # examples/common.py
 import numpy as np
 import oneflow as flow
-from gpt_model import GPT, GPTLoss
-from vgg_model import VGG
 
 from oneflow_autoddl.adapter.placement import placement
 from oneflow_autoddl.mesh import parse_mesh
+
+from . import common
+from .gpt_model import GPT, GPTLoss
+from .vgg_model import VGG
 
 GPT_SIZES = dict(layers=2, hidden=32, heads=4, seq_len=8, vocab=64)
 VGG_SIZES = dict(depth=16, width_mult=0.125, image_size=32, num_classes=10)

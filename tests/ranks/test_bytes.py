@@ -1,20 +1,13 @@
 """Predicted bytes per rank per step within 5% of what OneFlow sent (wchar), on real CPU ranks."""
 
-import os
-import sys
-
 import pytest
-
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-)
 
 
 @pytest.mark.ranks
 def test_predicted_bytes_match_measured_on_two_ranks():
     """The subset of benchmarks/bytes_check.py that runs in one launch: GPT, 2 ranks, three
     plans."""
-    from bytes_check import check
+    from benchmarks.bytes_check import check
 
     rows = check(["2"], ["gpt"], plans=["dp", "megatron", "autoddl"], steps=3)
     for r in rows:

@@ -6,8 +6,8 @@ import random
 from collections import defaultdict
 
 import oneflow as flow
-import rank_models
 
+from examples import models as rank_models
 from oneflow_autoddl.adapter.job import read_job, signatures_of
 from oneflow_autoddl.adapter.writeback import write_signatures
 from oneflow_autoddl.cost.cluster import load_cluster

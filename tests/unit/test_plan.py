@@ -3,11 +3,11 @@
 import json
 
 import pytest
-from irkit import Kit
 
 from oneflow_autoddl.plan import Plan, PlanMismatch
 from oneflow_autoddl.planner import describe, plan
 from oneflow_autoddl.report import comparison_table, summary
+from tests.irkit import Kit
 
 
 def mlp(width=64, mesh=(2,)):
