@@ -24,6 +24,7 @@ from .ir import Graph, GraphError
 from .mesh import format_mesh
 from .plan import OpEntry, Plan, Predicted, signature_texts
 from .remesh import remesh
+from .rules import update_of
 from .sbp import Signature, format_nd
 from .search import baselines
 from .search.descent import Descent
@@ -301,9 +302,10 @@ class Planner:
     def _is_parameter(self, unit, name: str) -> bool:
         """A model parameter or buffer, not an optimizer state (momentum, Adam's m and v)."""
         head = self.graph.op(unit.ops[0])
-        if head.name == name or "model_0" not in head.inputs:
+        update = update_of(head)
+        if head.name == name or update is None:
             return True
-        return self.graph.tensor(head.inputs["model_0"]).producer == name
+        return self.graph.tensor(head.inputs[update.model]).producer == name
 
     def to_plan(
         self,

@@ -13,6 +13,7 @@ from oneflow.core.common import data_type_pb2
 from oneflow.core.job import job_pb2
 
 from ..ir import Graph, GraphError, Op, Placement, Tensor, assign_roles, module_scope
+from ..rules import is_optimizer_op, update_of
 from ..sbp import Signature
 from .placement import from_proto
 
@@ -128,7 +129,7 @@ def _role(op_conf, kind: str) -> str:
         return "variable"
     if kind in _IO_TYPES:
         return "io"
-    if kind.endswith("_update") or kind == "adam_bias_correction_factor":
+    if is_optimizer_op(kind):
         return "optimizer"
     return "forward"
 
@@ -137,9 +138,10 @@ def _assign_scopes(ops: List[Op], tensors: Dict[str, Tensor]) -> None:
     """Variables and optimizer ops take the scope of the parameter they update."""
     by_name = {op.name: op for op in ops}
     for op in ops:
-        if op.role != "optimizer" or "model_0" not in op.inputs:
+        update = update_of(op)
+        if update is None:
             continue
-        model_var = by_name[tensors[op.inputs["model_0"]].producer]
+        model_var = by_name[tensors[op.inputs[update.model]].producer]
         op.scope = model_var.scope
         for lbn in op.inputs.values():
             producer = by_name[tensors[lbn].producer]

@@ -11,9 +11,9 @@ can move less; the ratio bytes / bound is meant for plans that split the work.
 """
 
 import math
-from typing import Optional, Tuple
 
-from ..ir import DTYPE_BYTES, Graph, Op
+from ..ir import DTYPE_BYTES, Graph
+from ..rules import contraction_of
 
 
 def matmul_bound(m: int, k: int, n: int, p: int) -> float:
@@ -28,20 +28,6 @@ def matmul_bound(m: int, k: int, n: int, p: int) -> float:
     return max(0.0, 3 * (d1 * d2 * d3 / p) ** (2 / 3) - (d1 * d2 + d1 * d3 + d2 * d3) / p)
 
 
-def _dims(graph: Graph, op: Op) -> Optional[Tuple[int, int, int, int]]:
-    """(batch, m, k, n) of a matmul-family op, batch counting independent products."""
-    if op.type == "broadcast_matmul_grad_b":
-        a, out = graph.shape(op, "a_0"), graph.shape(op, "out_0")
-        return 1, out[0], math.prod(a[:-1]), out[1]
-    if op.type not in ("matmul", "batch_matmul", "broadcast_matmul"):
-        return None
-    a, out = graph.shape(op, "a_0"), graph.shape(op, "out_0")
-    k = a[-2] if op.attrs.get("transpose_a", False) else a[-1]
-    if op.type == "broadcast_matmul" and len(graph.shape(op, "b_0")) == 2:
-        return 1, math.prod(out[:-1]), k, out[-1]
-    return math.prod(out[:-2]), out[-2], k, out[-1]
-
-
 def graph_bound_bytes(graph: Graph, devices: int) -> float:
     """Sum over the graph's matmuls of the per-device bound, in bytes.
 
@@ -50,10 +36,10 @@ def graph_bound_bytes(graph: Graph, devices: int) -> float:
     """
     total = 0.0
     for op in graph.ops.values():
-        dims = _dims(graph, op)
-        if dims is None:
+        c = contraction_of(graph, op)
+        if c is None:
             continue
-        batch, m, k, n = dims
+        batch, m, k, n = c.batch, c.m, c.k, c.n
         if batch >= devices:
             continue
         elem = DTYPE_BYTES.get(graph.tensor(op.outputs["out_0"]).dtype, 4)

@@ -13,7 +13,7 @@ import math
 from typing import Dict, Tuple
 
 from ..ir import DTYPE_BYTES, Graph, Op
-from ..rules import OpView, get_rule, has_rule
+from ..rules import OpView, get_rule, has_rule, update_of
 from ..sbp import NdSbp, Signature
 from .cluster import Cluster
 
@@ -79,8 +79,9 @@ def op_memory(graph: Graph, op: Op, sig: Signature) -> float:
     hierarchy = op.placement.hierarchy
     if op.role == "variable":
         return sum(blob_bytes(graph, op, bn, sig[bn], hierarchy) for bn in op.outputs)
-    if op.role == "optimizer" and "model_diff_0" in op.inputs:
-        return blob_bytes(graph, op, "model_diff_0", sig["model_diff_0"], hierarchy)
+    update = update_of(op)
+    if update is not None:
+        return blob_bytes(graph, op, update.grad, sig[update.grad], hierarchy)
     if op.role == "forward":
         kept = 0.0
         for obn, lbn in op.outputs.items():

@@ -1,7 +1,9 @@
-"""The matmul family (matmul_op.cpp at v0.9.0) and its FLOPs."""
+"""The matmul family (matmul_op.cpp at v0.9.0): signatures, FLOPs and what it contracts."""
+
+import math
 
 from ..sbp import B, P, S
-from .registry import rule
+from .registry import Contraction, OpView, rule
 
 
 def _out(v, sbp):
@@ -28,6 +30,22 @@ def _k_axes(v, na, nb):
     return m, ka, kb, n
 
 
+def contraction(v: OpView) -> Contraction:
+    """a [..., m, k] times b [..., k, n] (as the transpose flags read them); a 2-D b under a
+    batched a (a linear layer) is one product over all of a's rows."""
+    a, b, out = v.shape("a_0"), v.shape("b_0"), v.shape("out_0")
+    m, ka, kb, n = _k_axes(v, len(a), len(b))
+    if len(b) == 2 and len(a) > 2:
+        return Contraction(1, math.prod(out[:-1]), a[ka], out[-1], None, (kb, n))
+    return Contraction(math.prod(out[:-2]), out[-2], a[ka], out[-1], (m, ka), (kb, n))
+
+
+def grad_b_contraction(v: OpView) -> Contraction:
+    """out [k, n] = a^T b summed over the rows a [..., k] and b [..., n] share."""
+    out = v.shape("out_0")
+    return Contraction(1, out[0], math.prod(v.shape("a_0")[:-1]), out[1])
+
+
 def matmul_flops(attrs, local):
     """2 * out elements * the contracted length (read from a)."""
     a, out = local["a_0"], local["out_0"]
@@ -38,13 +56,13 @@ def matmul_flops(attrs, local):
     return 2.0 * n_out * k
 
 
-@rule("matmul", flops=matmul_flops)
+@rule("matmul", flops=matmul_flops, contraction=contraction)
 def matmul(v):
     m, ka, kb, n = _k_axes(v, 2, 2)
     return _five(v, m, ka, kb, n, 0, 1)
 
 
-@rule("batch_matmul", flops=matmul_flops)
+@rule("batch_matmul", flops=matmul_flops, contraction=contraction)
 def batch_matmul(v):
     nd = v.ndim("a_0")
     m, ka, kb, n = _k_axes(v, nd, nd)
@@ -52,7 +70,7 @@ def batch_matmul(v):
     return batch + _five(v, m, ka, kb, n, nd - 2, nd - 1)
 
 
-@rule("broadcast_matmul", flops=matmul_flops)
+@rule("broadcast_matmul", flops=matmul_flops, contraction=contraction)
 def broadcast_matmul(v):
     a, b = v.shape("a_0"), v.shape("b_0")
     na, nb = len(a), len(b)
@@ -82,7 +100,7 @@ def grad_b_flops(attrs, local):
     return 2.0 * out[0] * out[1] * rows
 
 
-@rule("broadcast_matmul_grad_b", flops=grad_b_flops)
+@rule("broadcast_matmul_grad_b", flops=grad_b_flops, contraction=grad_b_contraction)
 def broadcast_matmul_grad_b(v):
     last = v.ndim("a_0") - 1
     sigs = [{"a_0": S(i), "b_0": S(i), **_out(v, P)} for i in range(last)]

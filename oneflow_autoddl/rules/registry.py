@@ -60,6 +60,39 @@ FlopsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
 
 
 @dataclass(frozen=True)
+class Update:
+    """The blobs of an optimizer's update op: the parameter it writes in place, its gradient, and
+    the other buffers it updates in place (optimizer state, a half-precision copy). The parameter
+    and the buffers are mutable: OneFlow never boxes them, so their variables hold the SBP the
+    update takes (search.units)."""
+
+    model: str
+    grad: str
+    state: Tuple[str, ...] = ()
+
+    @property
+    def mutable(self) -> Tuple[str, ...]:
+        return (self.model,) + self.state
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A matrix product as batch independent products of m x k by k x n. `a_axes` and `b_axes`
+    are the (rows, contracted) axes of a and the (contracted, columns) axes of b in their shapes,
+    where one axis holds each (None for a product over several stacked axes)."""
+
+    batch: int
+    m: int
+    k: int
+    n: int
+    a_axes: Optional[Tuple[int, int]] = None
+    b_axes: Optional[Tuple[int, int]] = None
+
+
+ContractionFn = Callable[[OpView], Contraction]
+
+
+@dataclass(frozen=True)
 class Rule:
     fn: RuleFn
     # Inputs OneFlow requires to keep their producer's SBP (is_mutable: optimizer state, assign's
@@ -69,6 +102,9 @@ class Rule:
     fixed: bool = False
     flops: Optional[FlopsFn] = None
     kernel: Union[str, KernelFn, None] = None
+    update: Optional[Update] = None  # an optimizer's update op: its blobs
+    optimizer: bool = False  # an op of the optimizer's (updates, and e.g. Adam's bias correction)
+    contraction: Optional[ContractionFn] = None  # a matrix product: its dimensions and axes
 
     def kernel_kind(self, v: OpView) -> Optional[str]:
         return self.kernel(v) if callable(self.kernel) else self.kernel
@@ -83,15 +119,29 @@ def rule(
     fixed: bool = False,
     flops: Optional[FlopsFn] = None,
     kernel: Union[str, KernelFn, None] = None,
+    update: Optional[Update] = None,
+    optimizer: bool = False,
+    contraction: Optional[ContractionFn] = None,
 ):
-    """Register `fn` as the 1-D SBP rule (and, for compute-bound ops, the FLOPs; for slow
-    kernels, their kind) of `op_types`."""
+    """Register `fn` as the 1-D SBP rule of `op_types`, with what else the op means: for
+    compute-bound ops their FLOPs, for slow kernels their kind, for an optimizer's update its
+    blobs (whose mutable ones keep their SBP), for a matrix product its dimensions."""
 
     def register(fn: RuleFn) -> RuleFn:
+        mutable = tuple(same_sbp) + (update.mutable if update else ())
         for t in op_types:
             if t in _RULES:
                 raise ValueError(f"op type {t!r} has two rules")
-            _RULES[t] = Rule(fn, tuple(same_sbp), fixed, flops, kernel)
+            _RULES[t] = Rule(
+                fn,
+                mutable,
+                fixed,
+                flops,
+                kernel,
+                update,
+                optimizer or update is not None,
+                contraction,
+            )
         return fn
 
     return register
@@ -177,6 +227,25 @@ def candidates(graph: Graph, op: Op, hierarchy: Optional[Sequence[int]] = None) 
             seen_inputs.add(inputs)
         out.append(sig)
     return out
+
+
+def update_of(op: Op) -> Optional[Update]:
+    """The blobs of an optimizer's update op (None for any other op)."""
+    r = _RULES.get(op.type)
+    return r.update if r else None
+
+
+def is_optimizer_op(op_type: str) -> bool:
+    r = _RULES.get(op_type)
+    return bool(r and r.optimizer)
+
+
+def contraction_of(graph: Graph, op: Op) -> Optional[Contraction]:
+    """The dimensions and axes of a matrix product (None for any other op)."""
+    r = _RULES.get(op.type)
+    if r is None or r.contraction is None:
+        return None
+    return r.contraction(OpView(graph, op, 1))
 
 
 def same_sbp_inputs(op: Op) -> Tuple[str, ...]:

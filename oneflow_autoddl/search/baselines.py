@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional, Set
 import numpy as np
 
 from ..ir import Op
+from ..rules import contraction_of
 from ..sbp import B, NdSbp, S
 from .eliminate import condition
 from .problem import Problem
@@ -116,19 +117,15 @@ def zero(problem: Problem) -> List[int]:
     return x
 
 
-_MATMULS = ("matmul", "broadcast_matmul")
-
-
 def _weight_of(problem: Problem, op: Op) -> Optional[str]:
-    """The parameter a forward matmul multiplies by (its b input straight from a variable)."""
-    if op.type not in _MATMULS or op.role != "forward" or "b_0" not in op.inputs:
+    """The parameter a forward matrix product multiplies by: its b, a 2-D variable's output."""
+    if op.role != "forward" or "b_0" not in op.inputs:
+        return None
+    c = contraction_of(problem.graph, op)
+    if c is None or c.b_axes is None or len(problem.graph.shape(op, "b_0")) != 2:
         return None
     producer = problem.graph.op(problem.graph.tensor(op.inputs["b_0"]).producer)
-    return (
-        producer.name
-        if producer.role == "variable" and len(problem.graph.shape(op, "b_0")) == 2
-        else None
-    )
+    return producer.name if producer.role == "variable" else None
 
 
 def megatron_roles(problem: Problem) -> Dict[str, str]:
@@ -198,11 +195,12 @@ def _megatron_sbp(problem: Problem, v: int, nd: NdSbp, roles: Dict[str, str], tp
 
 
 def _column_axes(problem: Problem, var: str):
-    """(output-feature axis, input-feature axis) of a weight, from the matmul that uses it."""
+    """(output-feature axis, input-feature axis) of a weight, from the product that uses it."""
     graph = problem.graph
     for consumer, _ in graph.consumers(graph.op(var), "out"):
         if _weight_of(problem, consumer) == var:
-            return (0, 1) if consumer.attrs.get("transpose_b", False) else (1, 0)
+            contracted, columns = contraction_of(graph, consumer).b_axes
+            return columns, contracted
     return (0, 1)
 
 

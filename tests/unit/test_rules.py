@@ -2,7 +2,14 @@
 
 import pytest
 
-from oneflow_autoddl.rules import candidates, get_rule, has_rule, one_d_candidates, same_sbp_inputs
+from oneflow_autoddl.rules import (
+    candidates,
+    contraction_of,
+    get_rule,
+    has_rule,
+    one_d_candidates,
+    same_sbp_inputs,
+)
 from oneflow_autoddl.rules.shape import reshape_split_pairs
 from oneflow_autoddl.sbp import S
 from tests.irkit import Kit
@@ -149,3 +156,32 @@ def test_unknown_types_have_no_rule():
     assert not has_rule("my_custom_op")
     with pytest.raises(KeyError):
         get_rule("my_custom_op")
+
+
+@pytest.mark.parametrize(
+    "a,b,flags,expect",
+    [
+        ((8, 16), (16, 4), {}, (1, 8, 16, 4, (0, 1), (0, 1))),
+        ((8, 16), (4, 16), {"transpose_b": True}, (1, 8, 16, 4, (0, 1), (1, 0))),
+        ((2, 8, 16), (16, 4), {}, (1, 16, 16, 4, None, (0, 1))),
+        ((3, 8, 16), (3, 16, 4), {}, (3, 8, 16, 4, (1, 2), (1, 2))),
+    ],
+)
+def test_a_matrix_product_declares_what_it_contracts(a, b, flags, expect):
+    kit = Kit()
+    x, w = kit.input("x", a), kit.input("w", b)
+    out = (*a[:-1], expect[3])
+    kind = "matmul" if len(a) == 2 else ("broadcast_matmul" if len(b) == 2 else "batch_matmul")
+    kit.op("m-mm-0", kind, {"a_0": x, "b_0": w}, {"out_0": out}, **flags)
+    g = kit.graph()
+    c = contraction_of(g, g.op("m-mm-0"))
+    assert (c.batch, c.m, c.k, c.n, c.a_axes, c.b_axes) == expect
+
+
+def test_an_update_declares_its_parameter_gradient_and_state():
+    for kind in ("sgd_update", "momentum_update", "adam_update"):
+        r = get_rule(kind)
+        assert r.update.model == "model_0" and r.update.grad == "model_diff_0"
+        assert r.optimizer and set(r.same_sbp) == set(r.update.mutable)
+    assert get_rule("adam_bias_correction_factor").optimizer
+    assert not get_rule("matmul").optimizer
