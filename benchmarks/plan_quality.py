@@ -17,7 +17,8 @@ import math
 from benchmarks.bench import show, write_json
 from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.models import build_gpt, build_vgg
-from oneflow_autoddl.planner import Planner, plan
+from oneflow_autoddl.planner import plan
+from oneflow_autoddl.search.problem import build_problem
 
 GPTS = {
     "gpt-2.7b": dict(layers=32, hidden=2560, heads=32, seq_len=2048, vocab=50257),
@@ -43,7 +44,10 @@ def batch_for(model, mesh, cluster):
     """The largest candidate batch whose leanest plan fits the device memory (None if none does)."""
     devices = math.prod(mesh)
     for batch in (8 * devices, devices, mesh[0]):
-        if Planner(graph_of(model, mesh, batch), cluster).min_memory() <= cluster.memory_bytes:
+        if (
+            build_problem(graph_of(model, mesh, batch), cluster).min_memory()
+            <= cluster.memory_bytes
+        ):
             return batch
     return None
 
@@ -53,7 +57,7 @@ def row(model, mesh, cluster_name):
     r = {"model": model, "mesh": "x".join(map(str, mesh)), "cluster": cluster_name}
     batch = batch_for(model, mesh, cluster)
     if batch is None:
-        need = Planner(graph_of(model, mesh, mesh[0]), cluster).min_memory()
+        need = build_problem(graph_of(model, mesh, mesh[0]), cluster).min_memory()
         return dict(r, batch="-", note=f"no plan fits: needs {need / 2**30:.0f} GiB/device")
     p = plan(graph_of(model, mesh, batch), cluster)
     r.update(

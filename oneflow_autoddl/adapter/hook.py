@@ -22,8 +22,9 @@ from oneflow.nn.graph.graph_config import GraphConfig
 
 from ..cost.cluster import load_cluster
 from ..errors import ConfigError
+from ..ir import Graph
 from ..plan import Plan, PlanMismatch
-from ..planner import STRATEGIES, hold_user_sbp
+from ..planner import STRATEGIES
 from ..planner import plan as make_plan
 from ..report import summary
 
@@ -99,6 +100,13 @@ def _parameters(graph) -> Dict[str, "flow.Tensor"]:
         gt = block.to(GraphTensor)
         out.setdefault(gt.name_prefix + gt.name, block.to(flow.Tensor))
     return out
+
+
+def hold_user_sbp(graph: Graph) -> Dict[str, str]:
+    """Every parameter keeps its SBP (OneFlow's enable_auto_parallel_ignore_user_sbp_config
+    off)."""
+    reason = "user SBP kept (enable_auto_parallel_ignore_user_sbp_config is off)"
+    return {op.name: reason for op in graph.by_role("variable")}
 
 
 def _hold(graph, ir, settings: AutoDDLConfig) -> Dict[str, str]:

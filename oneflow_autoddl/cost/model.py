@@ -28,6 +28,7 @@ class CostModel:
         ranks_per_node: Optional[int] = None,
     ):
         self.cluster = cluster
+        self.ranks_per_node = ranks_per_node
         self.mapping: MeshMapping = map_mesh(cluster, mesh, ranks, ranks_per_node)
         self.mesh = tuple(mesh)
         self.axis_cost = AXIS_COSTS[cluster.backend]

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from ..cost.cluster import Cluster
 from ..cost.model import INFEASIBLE, CostModel, Transfer
 from ..cost.schedule import Scheduler
 from ..ir import Graph, Tensor
@@ -97,9 +98,12 @@ class Problem:
         model: CostModel,
         hold: Optional[Dict[str, str]] = None,
         tie: bool = True,
+        max_factor_entries: int = MAX_FACTOR_ENTRIES,
     ):
-        """`hold`: op name -> why it keeps OneFlow's signature (user SBP, shared parameters)."""
+        """`hold`: op name -> why it keeps OneFlow's signature (user SBP, shared parameters).
+        `tie`: repeated layers share one choice; `max_factor_entries`: see SearchOptions."""
         self.graph, self.model = graph, model
+        self.max_factor_entries = max_factor_entries
         self.mesh = graph.main_placement()
         self.units: List[Unit] = build_units(graph)
         self.unit_of: Dict[str, Tuple[int, int]] = {
@@ -132,6 +136,7 @@ class Problem:
             for v in sorted({v for v, u in ends_at if u == self.var_units[v][0]}):
                 self._tensors_of[v].append(i)
         self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
+        self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
 
     # -- variables ---------------------------------------------------------------------------
     def _make_vars(self, hold: Dict[str, str], tie: bool) -> None:
@@ -325,7 +330,7 @@ class Problem:
         for i in order:
             c = consumers[i]
             grown = vars_ | {c.var}
-            if current and int(np.prod([self.domain[v] for v in grown])) > MAX_FACTOR_ENTRIES:
+            if current and int(np.prod([self.domain[v] for v in grown])) > self.max_factor_entries:
                 chunks.append(current)
                 current, grown = [], {p.var, c.var}
             current.append(i)
@@ -389,6 +394,10 @@ class Problem:
     def memory_of(self, x: Sequence[int]) -> float:
         return float(sum(m[x[v]] for v, m in enumerate(self.memory)))
 
+    def min_memory(self) -> float:
+        """The least memory per device any assignment needs."""
+        return float(sum(m.min() for m in self.memory))
+
     def bytes_around(self, x: Sequence[int], var: int) -> float:
         """Bytes per device that the boxings of the tensors `var`'s first unit produces or reads
         move under x, times the units tied to it: what changing `var` alone can change, up to
@@ -406,7 +415,14 @@ class Problem:
         return self._transfer_memo[key]
 
     def evaluate(self, x: Sequence[int]) -> Breakdown:
-        """Exact step time, bytes and memory per device of assignment `x`."""
+        """Exact step time, bytes and memory per device of assignment `x` (memoised: the search
+        weighs the same assignments many times)."""
+        key = tuple(x)
+        if key not in self._evaluated:
+            self._evaluated[key] = self._evaluate(x)
+        return self._evaluated[key]
+
+    def _evaluate(self, x: Sequence[int]) -> Breakdown:
         b = Breakdown(0.0, 0.0, 0.0, 0.0, 0.0, self.memory_of(x))
         for name in self.graph.ops:
             u, pos = self.unit_of[name]
@@ -542,3 +558,18 @@ def _dedup_table(
             seen.append(d)
         table = table + box[s, d] * new
     return np.broadcast_to(table, shape).copy()
+
+
+def build_problem(
+    graph: Graph,
+    cluster: Cluster,
+    hold: Optional[Dict[str, str]] = None,
+    ranks_per_node: Optional[int] = None,
+    tie: bool = True,
+    max_factor_entries: int = MAX_FACTOR_ENTRIES,
+) -> Problem:
+    """The problem of planning `graph` on its main placement for `cluster`, whose nodes hold
+    `ranks_per_node` consecutive ranks (default: the cluster's devices per node)."""
+    mesh = graph.main_placement()
+    model = CostModel(cluster, mesh.hierarchy, mesh.ranks, ranks_per_node)
+    return Problem(graph, model, hold=hold, tie=tie, max_factor_entries=max_factor_entries)

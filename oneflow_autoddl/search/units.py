@@ -17,6 +17,8 @@ from ..rules import candidates as rule_candidates
 from ..rules import get_rule, has_rule, same_sbp_inputs
 from ..sbp import Signature, broadcast
 
+NO_RULE = "no SBP rule"  # the reason an op type without a rule is left to OneFlow
+
 
 @dataclass
 class Unit:
@@ -44,7 +46,7 @@ def fixed_reason(op: Op, mesh: Placement, hold: Dict[str, str]) -> Optional[str]
     if op.placement != mesh:
         return f"placed on {op.placement}, not on the planned mesh {mesh}"
     if not has_rule(op.type):
-        return f"no SBP rule for op type {op.type!r}"
+        return f"{NO_RULE} for op type {op.type!r}"
     if get_rule(op.type).fixed:
         return f"op type {op.type!r} takes its SBP from its attributes"
     return None

@@ -10,13 +10,18 @@ import pytest
 from oneflow_autoddl.cost.cluster import cluster_from_json, load_cluster
 from oneflow_autoddl.cost.model import INFEASIBLE, CostModel
 from oneflow_autoddl.models import build_gpt, build_vgg
-from oneflow_autoddl.planner import BYTES_TIE, Planner, objectives, plan
+from oneflow_autoddl.planner import flat_seed, plan, search
 from oneflow_autoddl.remesh import remesh
 from oneflow_autoddl.sbp import B, S
 from oneflow_autoddl.search import baselines
+from oneflow_autoddl.search.descend import descent, objectives
 from oneflow_autoddl.search.descent import Descent
+from oneflow_autoddl.search.executor import SERIAL as HERE
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
-from oneflow_autoddl.search.problem import SERIAL, Problem, Weights
+from oneflow_autoddl.search.options import SearchOptions
+from oneflow_autoddl.search.problem import SERIAL, Problem, Weights, build_problem
+from oneflow_autoddl.search.seeds import seeds
+from oneflow_autoddl.search.select import pick
 from oneflow_autoddl.search.units import PlanningError
 from tests.irkit import Kit
 
@@ -136,25 +141,33 @@ def cpu():
     return load_cluster("cpu-local")
 
 
+OPTIONS = SearchOptions()
+BYTES_TIE = OPTIONS.bytes_tie
+
+
+def searched(graph, cluster, options=OPTIONS):
+    """(problem, the plan the search finds with no memory limit, the seeds)."""
+    problem = build_problem(graph, cluster, tie=options.tie_layers)
+    starts = seeds(problem)
+    return problem, search(problem, starts, np.inf, options, HERE), starts
+
+
 def test_descent_matches_exhaustive_optimum_on_the_suite():
     worst, count = 1.0, 0
     for (name, mesh), cluster in itertools.product(SUITE, ("cpu-local", "dgx-a100")):
         if cluster == "cpu-local" and len(mesh) == 1 and mesh[0] > 4:
             continue  # this machine's CPU cluster has 4 ranks
-        planner = Planner(BUILD[name](mesh), load_cluster(cluster))
-        x, starts = planner.search()
+        problem, x, starts = searched(BUILD[name](mesh), load_cluster(cluster))
         # the descent minimises the factors (compute plus boxing, summed); the plan is the best of
         # its results and the seeds by the scheduled step time
-        descent = Descent(planner.problem)
-        found = min(planner.problem.objective(descent.run(y)) for y in starts.values())
+        d = Descent(problem)
+        found = min(problem.objective(d.run(y)) for y in starts.values())
         assert all(
-            planner.evaluate(x).step_time <= planner.evaluate(y).step_time * (1 + 1e-12)
+            problem.evaluate(x).step_time <= problem.evaluate(y).step_time * (1 + 1e-12)
             for y in starts.values()
         )
         # the proof starts from a cheap upper bound (replicated), never from the descent's answer
-        _, optimum = solve_exhaustive(
-            planner.problem, incumbent=baselines.replicated(planner.problem)
-        )
+        _, optimum = solve_exhaustive(problem, incumbent=baselines.replicated(problem))
         assert found <= optimum * 1.001, (name, mesh, cluster, found, optimum)
         worst, count = max(worst, found / optimum), count + 1
     print(
@@ -232,7 +245,7 @@ def test_weights_price_a_boxing_s_latency_apart(cpu):
 
 
 def test_what_oneflow_cannot_box_stays_infeasible_under_any_weights(cpu):
-    problem = Planner(build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu"), cpu).problem
+    problem = build_problem(build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu"), cpu)
     free = problem.tables(Weights(moving=0.0, latency=0.0))
     cannot = [(f.table >= INFEASIBLE, g.table) for f, g in zip(problem.factors, free)]
     assert (
@@ -249,10 +262,9 @@ def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu
     NCCL stream only the serial sum is used."""
     assert objectives(load_cluster("dgx-a100")) == [SERIAL]
     assert objectives(cpu)[0] == SERIAL and Weights(latency=0.0) in objectives(cpu)
-    serial = Planner(compared_vgg(), cpu)
-    serial.objectives = [SERIAL]
-    both = Planner(compared_vgg(), cpu)
-    a, b = serial.evaluate(serial.search()[0]), both.evaluate(both.search()[0])
+    serial, x, _ = searched(compared_vgg(), cpu, SearchOptions(objectives=(SERIAL,)))
+    both, y, _ = searched(compared_vgg(), cpu)
+    a, b = serial.evaluate(x), both.evaluate(y)
     assert b.step_time < a.step_time
     assert b.bytes_per_device < a.bytes_per_device
 
@@ -260,15 +272,13 @@ def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu
 def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
     """The examples' VGG on 4 CPU ranks: descents under each objective end within BYTES_TIE of one
     another with different bytes (measured here: 3.10 and 3.12 MiB)."""
-    planner = Planner(compared_vgg(), cpu)
-    seeds = list(
-        baselines.BASELINES[name](planner.problem) for name in ("data_parallel", "megatron")
-    )
-    candidates = seeds + [
-        Descent(planner.problem, weights=w).run(y) for w in objectives(cpu) for y in seeds
+    problem = build_problem(compared_vgg(), cpu)
+    starts = list(baselines.BASELINES[name](problem) for name in ("data_parallel", "megatron"))
+    candidates = starts + [
+        Descent(problem, weights=w).run(y) for w in objectives(cpu) for y in starts
     ]
-    step = {tuple(y): planner.evaluate(y).step_time for y in candidates}
-    sent = {tuple(y): planner.evaluate(y).bytes_per_device for y in candidates}
+    step = {tuple(y): problem.evaluate(y).step_time for y in candidates}
+    sent = {tuple(y): problem.evaluate(y).bytes_per_device for y in candidates}
     quickest = min(step, key=step.get)
     fastest = step[quickest]
     tied = [
@@ -278,31 +288,29 @@ def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
         and 1 - sent[k] / sent[quickest] >= step[k] / fastest - 1
     ]  # bytes saved pay for the time
     assert len({sent[k] for k in tied}) > 1
-    pick = tuple(planner._best(candidates, 0.0))
-    assert pick in tied and sent[pick] == min(sent[k] for k in tied)
-    assert planner._best(candidates, 0.0, experts=[list(quickest)]) == list(quickest)
+    chosen = tuple(pick(problem, candidates, 0.0, OPTIONS))
+    assert chosen in tied and sent[chosen] == min(sent[k] for k in tied)
+    assert pick(problem, candidates, 0.0, OPTIONS, experts=[list(quickest)]) == list(quickest)
 
 
 def test_the_winner_is_where_every_objective_s_descent_stops(cpu):
     """The examples' GPT on 4 CPU ranks: a descent from the descents' first winner finds a plan
     predicted 3% faster (751 -> 726 ms with the committed cpu-local); descending from the winner
     until it stays the winner leaves nothing any objective's descent would replace it with."""
-    planner = Planner(build_gpt(2, 512, 8, 32, 512, 8, mesh=(4,), device="cpu"), cpu)
-    x, starts = planner.search()
-    seeds = list(starts.values())
-    for w in planner.objectives:
-        y = Descent(planner.problem, groups=planner._groups, weights=w).run(x)
-        assert planner._best([x, y] + seeds, 0.0, seeds) == x, w
+    problem, x, starts = searched(build_gpt(2, 512, 8, 32, 512, 8, mesh=(4,), device="cpu"), cpu)
+    experts = list(starts.values())
+    for w in objectives(cpu):
+        y = descent(problem, 0.0, w).run(x)
+        assert pick(problem, [x, y] + experts, 0.0, OPTIONS, experts) == x, w
 
 
 def test_single_moves_to_fewer_bytes_are_weighed(cpu):
     """The examples' VGG on 4 CPU ranks: no descent takes a move that saves bytes for a few
     microseconds (there, adding a bias before the all-reduce, not after: 4,680 bytes a step
     less for 0.1 ms predicted); the moves _fewer_bytes offers _best take it."""
-    planner = Planner(compared_vgg(), cpu)
-    blind = Planner(compared_vgg(), cpu)
-    blind._fewer_bytes = lambda x, weight: []
-    a, b = planner.evaluate(planner.search()[0]), blind.evaluate(blind.search()[0])
+    seeing, x, _ = searched(compared_vgg(), cpu)
+    blind, y, _ = searched(compared_vgg(), cpu, SearchOptions(byte_moves_offered=0))
+    a, b = seeing.evaluate(x), blind.evaluate(y)
     assert a.bytes_per_device < b.bytes_per_device
     assert a.step_time <= b.step_time * (1 + BYTES_TIE)
 
@@ -312,9 +320,7 @@ def test_objective_of_a_training_graph_on_2x2_is_its_evaluation(cpu):
     'infeasible' in the factors (a 1-D SBP boxed on the 2-D mesh's model), so that every plan
     had the same objective. Where a tensor's consumers are split into runs the objective may
     over-count a shared boxing, never under-count."""
-    planner = Planner(build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu"), cpu)
-    x, starts = planner.search()
-    p = planner.problem
+    p, x, starts = searched(build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu"), cpu)
     for name, y in dict(starts, autoddl=x).items():
         exact = p.evaluate(y).serial_time
         assert exact < 1.0, name
@@ -329,15 +335,14 @@ def test_search_is_deterministic(cpu):
 
 
 def test_plan_is_no_worse_than_any_seed(cpu):
-    planner = Planner(chain((4,), 3, width=256, batch=8), cpu)
-    x, starts = planner.search()
+    p, x, starts = searched(chain((4,), 3, width=256, batch=8), cpu)
     for name, y in starts.items():
-        assert planner.evaluate(x).step_time <= planner.evaluate(y).step_time * (1 + 1e-12), name
+        assert p.evaluate(x).step_time <= p.evaluate(y).step_time * (1 + 1e-12), name
 
 
 def test_data_parallel_baseline_is_textbook(cpu):
     g = chain((4,), 2)
-    p = Planner(g, cpu).problem
+    p = build_problem(g, cpu)
     x = baselines.data_parallel(p)
     assert p.signature("m.0.weight", x)["out"] == (B,)
     assert p.signature("m.0-matmul-2", x)["out_0"] == (S(0),)
@@ -345,7 +350,7 @@ def test_data_parallel_baseline_is_textbook(cpu):
 
 def test_megatron_baseline_splits_column_then_row():
     g = chain((2,), 2, width=64)
-    p = Planner(g, load_cluster("dgx-a100")).problem
+    p = build_problem(g, load_cluster("dgx-a100"))
     roles = baselines.megatron_roles(p)
     assert roles["m.0.weight"] == "column" and roles["m.1.weight"] == "row"
     assert roles["m.0.bias"] == "bias-column"
@@ -355,7 +360,7 @@ def test_megatron_baseline_splits_column_then_row():
 
 
 def test_zero_baseline_shards_every_parameter(cpu):
-    p = Planner(chain((4,), 2), cpu).problem
+    p = build_problem(chain((4,), 2), cpu)
     x = baselines.zero(p)
     assert all(p.signature(n, x)["out"][0].is_split for n in ("m.0.weight", "m.1.weight"))
 
@@ -371,7 +376,7 @@ def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
     data["device"]["comm_overlap"] = 0.0
     cluster = cluster_from_json(data)
     free = plan(big(), cluster)
-    lean = Planner(big(), cluster).min_memory()
+    lean = build_problem(big(), cluster).min_memory()
     assert free.predicted.memory_per_device > 1.5 * lean
     limit = (free.predicted.memory_per_device + lean) / 2
     tight = plan(big(), cluster, memory_limit=limit)
@@ -401,19 +406,18 @@ def test_the_flat_plan_seeds_meshes_whose_axes_share_links(cpu):
     """On 2 x 2 CPU ranks the 1-D plan for 4, each SBP repeated per axis, costs what it costs on 4,
     and the plan is no worse; where the axes cross different links there is no such seed."""
     g = build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu")
-    planner = Planner(g, cpu)
-    lifted = planner.flattened()
-    flat = Planner(remesh(g, (4,)), cpu)
-    on_four = flat.problem.evaluate(flat.search()[0]).step_time
-    assert planner.problem.evaluate(lifted).step_time == pytest.approx(on_four, rel=1e-9)
-    assert planner.problem.evaluate(planner.search()[0]).step_time <= on_four * (1 + 1e-9)
-    assert (
-        Planner(build_gpt(2, 64, 4, 8, 64, 16, (2, 8)), load_cluster("dgx-a100")).flattened()
-        is None
-    )
+    problem, x, _ = searched(g, cpu)
+    lifted = flat_seed(problem, OPTIONS, HERE, held=False)
+    flat, y, _ = searched(remesh(g, (4,)), cpu)
+    on_four = flat.evaluate(y).step_time
+    assert problem.evaluate(lifted).step_time == pytest.approx(on_four, rel=1e-9)
+    assert problem.evaluate(x).step_time <= on_four * (1 + 1e-9)
+    across = build_problem(build_gpt(2, 64, 4, 8, 64, 16, (2, 8)), load_cluster("dgx-a100"))
+    assert flat_seed(across, OPTIONS, HERE, held=False) is None
 
 
 def test_no_flat_seed_when_the_batch_does_not_split_over_every_device():
     """16 x 64 Piz Daint nodes share one network, but a batch of 16 splits over axis 0 only."""
     graph = build_gpt(2, 64, 4, 8, 64, 16, (16, 64))
-    assert Planner(graph, load_cluster("piz-daint")).flattened() is None
+    problem = build_problem(graph, load_cluster("piz-daint"))
+    assert flat_seed(problem, OPTIONS, HERE, held=False) is None

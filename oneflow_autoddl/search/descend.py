@@ -1,0 +1,76 @@
+"""The descent step of the search: coordinate descent from every start, under each objective.
+
+What the descents minimise are additive objectives over the problem's factors (compute plus
+boxing, weighed by `objectives`); the plans they find are compared by the exact scheduled step
+afterwards (search.select). Every start gets one sweep of the small groups; then, objective by
+objective, the starts it ranks best among all found so far descend to convergence.
+"""
+
+import logging
+import weakref
+from functools import partial
+from typing import List, Optional, Sequence
+
+from ..cost.cluster import Cluster
+from .descent import Descent
+from .executor import Executor
+from .options import SearchOptions
+from .problem import SERIAL, Problem, Weights
+
+log = logging.getLogger(__name__)
+
+Assignment = List[int]
+_GROUPS: "weakref.WeakKeyDictionary[Problem, List[List[int]]]" = weakref.WeakKeyDictionary()
+
+
+def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> List[Weights]:
+    """What the descents minimise: `options.objectives` where given; else compute plus all of each
+    boxing one after the other, always.
+    Where boxings wait on their peers at once (OneFlow's CPU boxing, cost.schedule) a boxing's
+    latency mostly hides behind other ready work while moving its bytes holds the device, so
+    there also compute plus moving alone, and once more with moving priced double: a step of a
+    Lagrangian towards fewer bytes, for the bytes tie of search.select. On one NCCL stream
+    latencies queue, and the serial sum is the objective that sees them."""
+    if options is not None and options.objectives is not None:
+        return list(options.objectives)
+    if not cluster.concurrent_boxing:
+        return [SERIAL]
+    return [SERIAL, Weights(latency=0.0), Weights(moving=2.0, latency=0.0)]
+
+
+def descent(problem: Problem, memory_weight: float, weights: Weights) -> Descent:
+    """A Descent of `problem` under `weights`, its groups found once per problem (they depend on
+    its structure only, not on the prices)."""
+    groups = _GROUPS.get(problem)
+    d = Descent(problem, memory_weight=memory_weight, groups=groups, weights=weights)
+    if groups is None:
+        _GROUPS[problem] = d.groups
+    return d
+
+
+def descend(
+    problem: Problem,
+    starts: Sequence[Assignment],
+    memory_weight: float,
+    options: SearchOptions,
+    executor: Executor,
+) -> List[Assignment]:
+    """Every start after one sweep of the groups of at most `options.seed_sweep_group`
+    variables (under the serial objective), and then, for each objective in turn, the
+    `finalists` it ranks best among all found so far after descending to convergence."""
+    found: List[Assignment] = []
+    for weights in objectives(problem.model.cluster, options):
+        d = descent(problem, memory_weight, weights)
+        if not found:
+            sweep = partial(d.run, max_sweeps=1, max_group=options.seed_sweep_group)
+            found = executor.map(sweep, starts)
+        ranked = sorted(found, key=lambda x: problem.objective(x, memory_weight, weights))
+        k = options.finalists if weights == SERIAL else options.finalists_other
+        found = found + executor.map(d.run, ranked[:k])
+        log.debug(
+            "descents under %s from %d starts: objective %.6g",
+            weights,
+            k,
+            min(problem.objective(x, memory_weight, weights) for x in found[-k:]),
+        )
+    return found

@@ -1,0 +1,148 @@
+"""The refine step of the search: pick the plan, by the scheduled step and then by bytes.
+
+The descents lower additive objectives; here their results are compared by what a step takes
+with boxing overlapping compute (cost.schedule, `Problem.evaluate`), tensor by tensor (the
+factors may count a boxing that consumers in different runs share more than once). Among
+plans within `options.bytes_tie` of the fastest, fewer bytes win (`pick`); single-variable
+moves to fewer bytes are offered to that rule (`fewer_bytes`); and the pick descends again
+under every objective until it stays the pick (`refine`).
+"""
+
+import logging
+import math
+from functools import partial
+from typing import Dict, List, Sequence, Tuple
+
+from .descend import descent, objectives
+from .executor import Executor
+from .options import SearchOptions
+from .problem import Problem, Weights
+
+log = logging.getLogger(__name__)
+
+Assignment = List[int]
+
+
+def pick(
+    problem: Problem,
+    candidates: Sequence[Assignment],
+    memory_weight: float,
+    options: SearchOptions,
+    experts: Sequence[Assignment] = (),
+) -> Assignment:
+    """The candidate of least predicted step time plus memory price (the fastest), or one within
+    `options.bytes_tie` of its step time, no dearer than any of `experts`, that moves fewer bytes
+    by at least the fraction of the step it adds: of those, the one moving fewest.
+
+    A step takes at least its compute, so a candidate whose compute alone is too slow is not
+    scheduled."""
+    p = problem
+    scored: Dict[Tuple[int, ...], Tuple[float, float]] = {}  # (cost, bytes)
+    fastest: Tuple[int, ...] = ()
+    step = 0.0  # the fastest's step time (not its price)
+    for x in sorted(candidates, key=lambda y: p.objective(y, memory_weight)):
+        price = memory_weight * p.memory_of(x)
+        least = scored[fastest][0] if fastest else math.inf
+        if tuple(x) in scored or p.compute_of(x) + price >= least + options.bytes_tie * step:
+            continue
+        detail = p.evaluate(x)
+        scored[tuple(x)] = (detail.step_time + price, detail.bytes_per_device)
+        if detail.step_time + price < least:
+            fastest, step = tuple(x), detail.step_time
+    least, sent = scored[fastest]
+    ceiling = min(
+        [least + options.bytes_tie * step]
+        + [scored[tuple(x)][0] for x in experts if tuple(x) in scored]
+    )
+    worth = [fastest] + [
+        key
+        for key, (cost, moved) in scored.items()
+        if cost <= ceiling and (sent - moved) / max(sent, 1.0) * step >= cost - least
+    ]
+    chosen = min(worth, key=lambda key: (scored[key][1], scored[key][0]))
+    if chosen != fastest:
+        log.debug(
+            "picked a plan %.3g%% slower than the fastest for %.3g%% fewer bytes",
+            100 * (scored[chosen][0] / least - 1),
+            100 * (1 - scored[chosen][1] / max(sent, 1.0)),
+        )
+    return list(chosen)
+
+
+def fewer_bytes(
+    problem: Problem, x: Assignment, memory_weight: float, options: SearchOptions
+) -> List[Assignment]:
+    """x with one variable changed where that moves fewer bytes, and where some objective's
+    rise is within what `pick` would pay for the bytes saved: the `byte_moves_offered` that save
+    most, for `pick` to weigh exactly. The descents lower predicted time and never take a move
+    that saves bytes at a cost of microseconds, which `pick`'s tie would."""
+    p = problem
+    detail = p.evaluate(x)
+    price = detail.step_time / max(detail.bytes_per_device, 1.0)  # seconds per byte saved
+    weights = objectives(p.model.cluster, options)
+    moves = []
+    for v in range(len(x)):
+        if not p.is_free(v):
+            continue
+        here, y = p.bytes_around(x, v), list(x)
+        for k in range(p.domain[v]):
+            if k == x[v]:
+                continue
+            y[v] = k
+            saved = here - p.bytes_around(y, v)
+            if saved > 0 and min(p.change(x, v, k, memory_weight, w) for w in weights) <= (
+                saved * price
+            ):
+                moves.append((-saved, v, k))
+    out = []
+    for _, v, k in sorted(moves)[: options.byte_moves_offered]:
+        y = list(x)
+        y[v] = k
+        out.append(y)
+    return out
+
+
+def thinner(
+    problem: Problem,
+    pool: List[Assignment],
+    memory_weight: float,
+    options: SearchOptions,
+    experts: Sequence[Assignment],
+) -> Assignment:
+    """`pick` of the pool; then, while `pick` takes one, of the pool and the moves to fewer bytes
+    from its pick. The pool's fastest stays in, so moves add up to no more than the bytes tie."""
+    best = pick(problem, pool, memory_weight, options, experts)
+    for _ in range(options.byte_moves_taken):
+        offered = pool + [best] + fewer_bytes(problem, best, memory_weight, options)
+        moved = pick(problem, offered, memory_weight, options, experts)
+        if moved == best:
+            break
+        best = moved
+    return best
+
+
+def _descend_from(problem: Problem, memory_weight: float, x: Assignment, w: Weights) -> Assignment:
+    return descent(problem, memory_weight, w).run(x)
+
+
+def refine(
+    problem: Problem,
+    found: List[Assignment],
+    starts: Sequence[Assignment],
+    memory_weight: float,
+    options: SearchOptions,
+    executor: Executor,
+) -> Assignment:
+    """The pick of what the descents found and of the starts themselves (no plan slower than a
+    start); then the pick, which one objective's descents did not start from when another found
+    it, descends under every objective in turn until it stays the pick."""
+    experts = list(starts)
+    best = thinner(problem, found + experts, memory_weight, options, experts)
+    weights = objectives(problem.model.cluster, options)
+    for _ in range(options.polish_rounds):
+        again = partial(_descend_from, problem, memory_weight, best)
+        found = found + executor.map(again, weights)
+        best, last = thinner(problem, found + experts, memory_weight, options, experts), best
+        if best == last:
+            break
+    return best
