@@ -9,7 +9,7 @@ objective, the starts it ranks best among all found so far descend to convergenc
 import logging
 import weakref
 from functools import partial
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ..cost.cluster import Cluster
 from .descent import Descent
@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 Assignment = List[int]
 _GROUPS: "weakref.WeakKeyDictionary[Problem, List[List[int]]]" = weakref.WeakKeyDictionary()
+_MEMOS: "weakref.WeakKeyDictionary[Problem, Dict[tuple, dict]]" = weakref.WeakKeyDictionary()
 
 
 def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> List[Weights]:
@@ -42,7 +43,8 @@ def descent(problem: Problem, memory_weight: float, weights: Weights) -> Descent
     """A Descent of `problem` under `weights`, its groups found once per problem (they depend on
     its structure only, not on the prices)."""
     groups = _GROUPS.get(problem)
-    d = Descent(problem, memory_weight=memory_weight, groups=groups, weights=weights)
+    memo = _MEMOS.setdefault(problem, {}).setdefault((memory_weight, weights), {})
+    d = Descent(problem, memory_weight=memory_weight, groups=groups, weights=weights, memo=memo)
     if groups is None:
         _GROUPS[problem] = d.groups
     return d

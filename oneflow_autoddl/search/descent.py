@@ -64,9 +64,11 @@ class Descent:
         memory_weight: float = 0.0,
         groups: Optional[List[List[int]]] = None,
         weights: Weights = SERIAL,
+        memo: Optional[Dict[tuple, object]] = None,
     ):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
-        only, not on the memory price or the weights), so that they are not found again."""
+        only, not on the memory price or the weights), so that they are not found again. `memo`:
+        the group optima of earlier Descents with the same problem, price and weights."""
         self.problem = problem
         self.unary = problem.unary(memory_weight)
         self.tables = problem.tables(weights)
@@ -82,6 +84,8 @@ class Descent:
             groups = scoped + extra
         self.groups = groups
         self.steps = 0
+        self.memo: Dict[tuple, object] = {} if memo is None else memo
+        self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
 
     def _solvable(self, group: Sequence[int]) -> bool:
         """Whether eliminating the group stays under MAX_ENTRIES (structure only, no tables)."""
@@ -107,7 +111,28 @@ class Descent:
         current += sum(float(self.unary[v][x[v]]) for v in free)
         return factors, current
 
-    def step(self, group: Sequence[int], x: List[int]) -> bool:
+    def _boundary(self, group: Sequence[int]) -> Tuple[int, ...]:
+        key = tuple(group)
+        if key not in self._boundaries:
+            inside = set(group)
+            self._boundaries[key] = tuple(sorted(self._reach(group) - inside))
+        return self._boundaries[key]
+
+    def _current(self, group: Sequence[int], x: Sequence[int]) -> float:
+        """The objective's part that `group` can change, at x."""
+        p = self.problem
+        fids = {f for v in group for f in p.factors_of[v]}
+        total = sum(
+            float(self.tables[f].table[tuple(x[v] for v in self.tables[f].vars)]) for f in fids
+        )
+        return total + sum(float(self.unary[v][x[v]]) for v in group)
+
+    def _solve(self, group: Sequence[int], x: List[int]):
+        """(choice, its value) for `group` with every other variable held at x: the group's
+        optimum depends only on its boundary's values, so it is memoised on them."""
+        key = (tuple(group), tuple(x[u] for u in self._boundary(group)))
+        if key in self.memo:
+            return self.memo[key], self._current(group, x)
         factors, current = self._local(group, x)
         result = solve(
             group,
@@ -115,6 +140,11 @@ class Descent:
             {v: self.unary[v] for v in group},
             factors,
         )
+        self.memo[key] = result
+        return result, current
+
+    def step(self, group: Sequence[int], x: List[int]) -> bool:
+        result, current = self._solve(group, x)
         if result is None:
             return False
         choice, value = result
