@@ -137,6 +137,7 @@ class Problem:
                 self._tensors_of[v].append(i)
         self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
+        self._bytes_memo: Dict[tuple, np.ndarray] = {}
 
     # -- variables ---------------------------------------------------------------------------
     def _make_vars(self, hold: Dict[str, str], tie: bool) -> None:
@@ -388,6 +389,23 @@ class Problem:
             )
         return delta
 
+    def changes(
+        self,
+        x: Sequence[int],
+        var: int,
+        memory_weight: float = 0.0,
+        weights: Weights = SERIAL,
+    ) -> np.ndarray:
+        """`change(x, var, k, ...)` for every candidate k of `var` at once (a factor holds each of
+        its variables once)."""
+        unary = self.unary(memory_weight)[var]
+        delta = unary - unary[x[var]]
+        for fid in self.factors_of[var]:
+            f = self.tables(weights)[fid]
+            row = f.table[tuple(slice(None) if u == var else x[u] for u in f.vars)]
+            delta = delta + (row - f.table[tuple(x[u] for u in f.vars)])
+        return delta
+
     def compute_of(self, x: Sequence[int]) -> float:
         return float(sum(c[x[v]] for v, c in enumerate(self.compute)))
 
@@ -405,6 +423,23 @@ class Problem:
         return sum(self._transfer_of(i, x)[0].bytes for i in self._tensors_of[var]) * len(
             self.var_units[var]
         )
+
+    def bytes_around_all(self, x: Sequence[int], var: int) -> np.ndarray:
+        """`bytes_around` with `var` set to each of its candidates in turn, memoised per tensor on
+        the choices of the other variables at its ends."""
+        total = np.zeros(int(self.domain[var]))
+        for i in self._tensors_of[var]:
+            key = (i, var, tuple(-1 if v == var else x[v] for v in self._vars_of[i]))
+            row = self._bytes_memo.get(key)
+            if row is None:
+                y = list(x)
+                row = np.empty(len(total))
+                for k in range(len(total)):
+                    y[var] = k
+                    row[k] = self._transfer_of(i, y)[0].bytes
+                self._bytes_memo[key] = row
+            total += row
+        return total * len(self.var_units[var])
 
     def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
         """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends

@@ -13,6 +13,8 @@ import math
 from functools import partial
 from typing import Dict, List, Sequence, Tuple
 
+import numpy as np
+
 from .descend import descent, objectives
 from .executor import Executor
 from .options import SearchOptions
@@ -84,16 +86,14 @@ def fewer_bytes(
     for v in range(len(x)):
         if not p.is_free(v):
             continue
-        here, y = p.bytes_around(x, v), list(x)
-        for k in range(p.domain[v]):
-            if k == x[v]:
-                continue
-            y[v] = k
-            saved = here - p.bytes_around(y, v)
-            if saved > 0 and min(p.change(x, v, k, memory_weight, w) for w in weights) <= (
-                saved * price
-            ):
-                moves.append((-saved, v, k))
+        around = p.bytes_around_all(x, v)
+        saved = around[x[v]] - around
+        fewer = np.flatnonzero(saved > 0)
+        if fewer.size == 0:
+            continue
+        rise = np.min([p.changes(x, v, memory_weight, w)[fewer] for w in weights], axis=0)
+        for k in fewer[rise <= saved[fewer] * price]:
+            moves.append((-float(saved[k]), v, int(k)))
     out = []
     for _, v, k in sorted(moves)[: options.byte_moves_offered]:
         y = list(x)
