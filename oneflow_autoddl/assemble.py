@@ -14,6 +14,7 @@ from .mesh import format_mesh
 from .plan import OpEntry, Plan, Predicted, signature_texts
 from .rules import update_of
 from .sbp import format_nd
+from .search.memory import peak_memory
 from .search.problem import Breakdown, Problem
 from .search.units import NO_RULE, Unit
 
@@ -61,8 +62,10 @@ def assemble(
         variable_shapes=var_shapes,
         variable_bytes=var_bytes,
         unplanned_ops=unplanned,
-        predicted=Predicted.of(detail),
-        baselines={name: Predicted.of(p.evaluate(y)) for name, y in baselines.items()},
+        predicted=Predicted.of(detail, peak_memory(p, x)),
+        baselines={
+            name: Predicted.of(p.evaluate(y), peak_memory(p, y)) for name, y in baselines.items()
+        },
         lower_bound_bytes=graph_bound_bytes(g, p.mesh.size),
         memory_limit_bytes=memory_limit,
         transfers=transfers(problem, x, detail, transfers_kept),

@@ -23,10 +23,16 @@ class Predicted:
     comm_time_s: float
     exposed_comm_s: float  # of comm_time_s, what compute waits for (the rest overlaps it)
     bytes_per_device: float
-    memory_per_device: float
+    memory_per_device: float  # what the search holds to the limit: what stays alive across the step
+    # The most one device holds at once over the step (cost.memory), what that is made of (by
+    # cost.memory.KINDS) and the op running then.
+    peak_memory_per_device: float = 0.0
+    peak_memory_by_kind: Dict[str, float] = field(default_factory=dict)
+    peak_memory_op: str = ""
 
     @classmethod
-    def of(cls, breakdown) -> "Predicted":
+    def of(cls, breakdown, peak=None) -> "Predicted":
+        """From a search.problem.Breakdown and, where known, a cost.memory.Peak."""
         return cls(
             breakdown.step_time,
             breakdown.compute_time,
@@ -34,6 +40,9 @@ class Predicted:
             breakdown.exposed_comm_time,
             breakdown.bytes_per_device,
             breakdown.memory_per_device,
+            peak.bytes if peak else 0.0,
+            dict(peak.by_kind) if peak else {},
+            peak.op if peak else "",
         )
 
 
