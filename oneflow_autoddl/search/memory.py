@@ -213,3 +213,32 @@ def peak_memory(problem: Problem, x: Sequence[int], order: Optional[Sequence[str
     return timeline(
         problem.graph, lambda name: problem.signature(name, x), problem.model, order
     ).peak()
+
+
+def held_by_kind(problem: Problem, x: Sequence[int]) -> Dict[str, float]:
+    """What problem.memory_of(x) counts (cost.compute.op_memory: what stays alive across the
+    step), by kind: variables' own, the gradients the updates read, activations kept for
+    backward."""
+    graph, out = problem.graph, {kind: 0.0 for kind in KINDS}
+    for name, op in graph.ops.items():
+        held = problem.model.op_memory(graph, op, problem.signature(name, x))
+        if held:
+            kind = output_kind(graph, op) if op.role in ("variable", "forward") else "gradients"
+            out[kind] += held
+    return out
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3f} GiB"
+
+
+def lean_memory_report(problem: Problem) -> str:
+    """What the leanest plan (each variable its least memory) holds per device, by kind, for an
+    error that says what to change."""
+    kinds = held_by_kind(problem, [int(np.argmin(m)) for m in problem.memory])
+    parts = ", ".join(
+        f"{kind.replace('_', ' ')} {_gib(kinds[kind])}" for kind in KINDS if kinds[kind]
+    )
+    return (
+        f"per device ({parts}: what stays alive across the step, split as far as the rules allow)"
+    )

@@ -199,3 +199,28 @@ def test_peak_below_the_sum_where_memory_is_reused():
     peak = line.peak()
     assert peak.bytes < line.total()
     assert sum(peak.by_kind.values()) == pytest.approx(peak.bytes)
+
+
+def test_no_plan_fitting_names_the_least_memory_and_what_it_is_made_of():
+    import re
+
+    from oneflow_autoddl.errors import PlanningError
+    from oneflow_autoddl.planner import plan
+
+    g = build_gpt(2, 1024, 16, 256, 50257, 64, (4,))
+    lean = build_problem(g, load_cluster("dgx-a100")).min_memory()
+    with pytest.raises(PlanningError) as e:
+        plan(g, "dgx-a100", memory_limit=0.9 * lean)
+    message = str(e.value)
+    need = float(re.search(r"leanest plan needs ([\d.]+) GiB per device", message).group(1))
+    parts = dict(
+        (kind, float(gib))
+        for kind, gib in re.findall(
+            r"(parameters|optimizer state|gradients|activations) "
+            r"([\d.]+) GiB",
+            message,
+        )
+    )
+    assert set(parts) == {"parameters", "optimizer state", "gradients", "activations"}
+    assert sum(parts.values()) == pytest.approx(need, abs=0.004)
+    assert need == pytest.approx(lean / 2**30, abs=0.001)
