@@ -29,10 +29,14 @@ class Predicted:
     peak_memory_per_device: float = 0.0
     peak_memory_by_kind: Dict[str, float] = field(default_factory=dict)
     peak_memory_op: str = ""
+    # The ZeRO stage each parameter's SBP amounts to (oneflow_autoddl.zero): stage -> share of
+    # the parameters' bytes.
+    zero_stages: Dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, breakdown, peak=None) -> "Predicted":
-        """From a search.problem.Breakdown and, where known, a cost.memory.Peak."""
+    def of(cls, breakdown, peak=None, zero_stages=None) -> "Predicted":
+        """From a search.problem.Breakdown and, where known, a cost.memory.Peak and the
+        parameters' ZeRO stages."""
         return cls(
             breakdown.step_time,
             breakdown.compute_time,
@@ -43,6 +47,7 @@ class Predicted:
             peak.bytes if peak else 0.0,
             dict(peak.by_kind) if peak else {},
             peak.op if peak else "",
+            dict(zero_stages or {}),
         )
 
 
