@@ -79,6 +79,10 @@ class Plan:
     transfers: List[Dict[str, Any]] = field(default_factory=list)  # the largest boxings, by time
     search_time_s: float = 0.0
     notes: List[str] = field(default_factory=list)
+    # Modules (paths as op names carry them, e.g. `model.h.0`) whose activations are recomputed
+    # in backward (oneflow_autoddl.recompute): the hook traces the graph with OneFlow's
+    # activation checkpointing on them (adapter.recompute).
+    recompute: List[str] = field(default_factory=list)
 
     # -- signatures ----------------------------------------------------------------------------
     def signature(self, op: str) -> Signature:
