@@ -70,6 +70,7 @@ def assemble(
         transfers=transfers(problem, x, detail, transfers_kept),
         search_time_s=search_time,
         notes=notes(unplanned),
+        precision=precision(g),
     )
 
 
@@ -77,6 +78,12 @@ def _predicted(problem: Problem, x: Sequence[int]) -> Predicted:
     """The costs of assignment x, its peak memory and its parameters' ZeRO stages."""
     shares = stage_shares(problem.graph, lambda name: problem.signature(name, x))
     return Predicted.of(problem.evaluate(x), peak_memory(problem, x), shares)
+
+
+def precision(graph) -> str:
+    """float32, or `mixed <dtype>` where some float tensors are in half precision."""
+    halves = sorted({t.dtype for t in graph.tensors.values() if t.dtype in ("float16", "bfloat16")})
+    return f"mixed {'/'.join(halves)}" if halves else "float32"
 
 
 def notes(unplanned: Dict[str, Dict[str, str]]) -> List[str]:

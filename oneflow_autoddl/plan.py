@@ -83,6 +83,8 @@ class Plan:
     # in backward (oneflow_autoddl.recompute): the hook traces the graph with OneFlow's
     # activation checkpointing on them (adapter.recompute).
     recompute: List[str] = field(default_factory=list)
+    # float32, or `mixed <half dtype>` for a graph in mixed precision (oneflow_autoddl.amp)
+    precision: str = "float32"
 
     # -- signatures ----------------------------------------------------------------------------
     def signature(self, op: str) -> Signature:

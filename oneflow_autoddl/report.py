@@ -79,7 +79,8 @@ def summary(plan: Plan) -> str:
     p: Predicted = plan.predicted
     lines = [
         f"mesh {plan.mesh} ({plan.device}), cluster {plan.cluster}, {len(plan.ops)} ops planned, "
-        f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s",
+        f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s; "
+        f"precision {plan.precision}; recomputed: {', '.join(plan.recompute) or 'none'}",
         f"predicted step {_ms(p.step_time_s)} ms (compute {_ms(p.compute_time_s)}, communication "
         f"{_ms(p.comm_time_s)} of which {_ms(p.exposed_comm_s)} not overlapped), "
         f"{_mib(p.bytes_per_device)} MiB sent and {_mib(p.memory_per_device)} MiB "

@@ -4,7 +4,8 @@ In the SBP space the planner searches, a parameter, its optimizer state and its 
 one SBP (the update writes them in place: OneFlow never boxes a mutable input), and the
 gradient is boxed to that SBP. A mesh axis is data parallel for a parameter when its gradient
 comes out of the backward as a partial sum there (the samples are split over the axis, each
-device holding its share of the sum). Then, per parameter:
+device holding its share of the sum; judged where the gradient is computed, before a cast to
+float32 or an identity). Then, per parameter:
   - replicated (B) over every data-parallel axis: plain data parallelism, ZeRO stage 0; the
     gradient is all-reduced;
   - split over every data-parallel axis: ZeRO stage 3; the gradient is reduce-scattered to the
@@ -26,6 +27,9 @@ from .rules import update_of
 from .sbp import P, Signature
 
 STAGES = ("zero-3", "zero-3 partial", "zero-0", "no data parallelism")
+# Ops a gradient may pass through on its way to the update without being summed (a cast, an
+# identity): the gradient is judged where it was computed.
+PASS_THROUGH = ("cast", "identity")
 
 SignatureOf = Callable[[str], Signature]
 
@@ -39,6 +43,8 @@ def parameter_stages(graph: Graph, signature_of: SignatureOf) -> Dict[str, str]:
             continue
         param = graph.tensor(op.inputs[update.model])
         grad = graph.tensor(op.inputs[update.grad])
+        while graph.op(grad.producer).type in PASS_THROUGH:  # AMP's cast back to float32
+            grad = graph.tensor(graph.op(grad.producer).inputs["in_0"])
         sbp = signature_of(op.name)[update.model]
         produced = signature_of(grad.producer)[grad.obn]
         data_axes = [d for d, s in enumerate(produced) if s == P]
