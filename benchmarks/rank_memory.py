@@ -6,13 +6,7 @@ import oneflow as flow
 import oneflow_autoddl
 from examples import models as rank_models
 from oneflow_autoddl.adapter.job import read_job
-from oneflow_autoddl.adapter.plan_memory import (
-    dump_plans,
-    load_plan,
-    memory_by_rank,
-    plan_path,
-    step_memory,
-)
+from oneflow_autoddl.adapter.plan_memory import dump_plans, plan_path, read_memory, step_memory
 from oneflow_autoddl.planner import describe
 
 
@@ -35,7 +29,7 @@ def measure(mesh, models, plans, batch=8, sizes=None, cluster="cpu-local"):
         if flow.env.get_rank() != 0:
             continue
         p = predicted(graph, cluster)
-        ranks = memory_by_rank(load_plan(plan_path(graph.name)))
+        ranks = read_memory(plan_path(graph.name))
         rows.append(
             {
                 "model": model,

@@ -8,13 +8,7 @@ import oneflow as flow
 import oneflow_autoddl
 from examples import models
 from oneflow_autoddl.adapter.job import read_job
-from oneflow_autoddl.adapter.plan_memory import (
-    dump_plans,
-    load_plan,
-    memory_by_rank,
-    plan_path,
-    step_memory,
-)
+from oneflow_autoddl.adapter.plan_memory import dump_plans, plan_path, read_memory, step_memory
 from oneflow_autoddl.adapter.recompute import match_ops, unmatched
 from oneflow_autoddl.adapter.writeback import compiled_mismatches
 from oneflow_autoddl.cost.cluster import load_cluster
@@ -28,7 +22,7 @@ def _train(graph, inputs, steps):
 
 
 def _measured(graph):
-    return max(step_memory(r) for r in memory_by_rank(load_plan(plan_path(graph.name))).values())
+    return max(step_memory(r) for r in read_memory(plan_path(graph.name)).values())
 
 
 def _source(graph, lbn):

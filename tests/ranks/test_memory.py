@@ -30,3 +30,42 @@ def test_parameters_and_optimizer_state_are_the_variables_allocated(rows):
         variables = r["predicted_by_kind"]["parameters"] + r["predicted_by_kind"]["optimizer_state"]
         measured = max(rank["variables"] for rank in r["measured_by_rank"].values())
         assert variables == pytest.approx(measured, rel=0.15), r
+
+
+@pytest.mark.ranks
+def test_the_plan_is_read_line_by_line_as_protobuf_parses_it(tmp_path):
+    from google.protobuf import text_format
+    from oneflow.core.job import plan_pb2, task_pb2
+
+    from oneflow_autoddl.adapter.plan_memory import load_plan, memory_by_rank, read_memory
+
+    plan = plan_pb2.Plan()
+    for i, (kind, name, op, block) in enumerate(
+        [
+            ("kNormalForward", "__out_0", "m-matmul-3", 7),
+            ("kNormalForward", "tmp", "m-reduce_sum-4", 8),
+            ("kSliceBoxing", "out", "m-matmul-3", 9),
+            ("kTick", "out", "System-Tick-1", 10),
+            ("kNormalForward", "__out", "m.weight", 11),
+        ]
+    ):
+        task = plan.task.add()
+        task.task_type, task.machine_id = task_pb2.TaskType.Value(kind), i % 2
+        regst = task.produced_regst_desc[name]
+        regst.mem_block_id = block
+        lbi = regst.regst_desc_type.data_regst_desc.lbi2blob_desc.add().lbi
+        lbi.op_name, lbi.blob_name = op, "out_0"
+        mb = plan.block_chunk_list.mem_block.add()
+        mb.mem_block_id, mb.machine_id, mb.mem_size = block, i % 2, 512 * (i + 1)
+        if op == "m.weight":
+            mb.variable_op_name = op
+    path = tmp_path / "job_g_plan"
+    path.write_text(text_format.MessageToString(plan))
+    assert read_memory(str(path)) == memory_by_rank(load_plan(str(path)))
+    assert read_memory(str(path))[0] == {
+        "variables": 2560.0,
+        "outputs": 512.0,
+        "workspaces": 0.0,
+        "boxing": 1536.0,
+        "control": 0.0,
+    }
