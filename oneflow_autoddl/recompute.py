@@ -106,6 +106,11 @@ def _example_scope(graph: Graph) -> str:
     return ", ".join(repr(s) for s in scopes[:3])
 
 
+def backward_readers(graph: Graph, names: Set[str], forward: Set[str]) -> List[str]:
+    """The ops of the backward pass that read an output of the ops `names` (recomputed)."""
+    return _backward_readers(graph.ops, names, graph.tensors, forward)
+
+
 def _backward_readers(
     ops: Dict[str, Op], names: Set[str], tensors: Dict[str, Tensor], forward: Set[str]
 ) -> List[str]:

@@ -17,7 +17,7 @@ its boxing factor is), which can count a boxing that consumers in two runs share
 only add bytes.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -242,3 +242,53 @@ def lean_memory_report(problem: Problem) -> str:
     return (
         f"per device ({parts}: what stays alive across the step, split as far as the rules allow)"
     )
+
+
+def recompute_items(
+    problem: Problem,
+    items: Sequence[MemoryItem],
+    scope: str,
+    order: Optional[Sequence[str]] = None,
+) -> Tuple[List[MemoryItem], List[MemoryItem]]:
+    """(items to take out, items to put in) when module `scope` is recomputed in backward
+    (oneflow_autoddl.recompute), in the time steps of the graph as it is, so that the search can
+    decide each module apart. Where memory is reused the originals live only until their last
+    forward reader, and the copies the backward reads from the step of the module's first
+    backward reader (the pass starts them all there) until their last reader; a copy only other
+    copies read lives while they run, and is left out (the items can miss the largest such one at
+    the module's first backward step). A copy takes its original's usage (it takes its
+    signature). Without reuse nothing is freed and every copy is one more blob all step."""
+    from ..recompute import PREFIX, backward_readers, forward_pass, recomputed_ops
+
+    graph = problem.graph
+    steps = step_order(graph, order)
+    reuse = problem.model.cluster.reuses_memory
+    forward = forward_pass(graph)
+    names = set(recomputed_ops(graph, scope, forward))
+    readers = backward_readers(graph, names, forward)
+    if not readers:
+        return [], []
+    start = min(steps[r] for r in readers)
+    removed: List[MemoryItem] = []
+    added: List[MemoryItem] = []
+    for item in items:
+        if item.name.endswith("/workspace"):
+            if item.name[: -len("/workspace")] in names:
+                span = (start, start + 1) if reuse else (item.start, item.end)
+                added.append(replace(item, start=span[0], end=span[1], name=PREFIX + item.name))
+            continue
+        t = graph.tensors.get(item.name.split("->")[0])
+        if t is None or t.producer not in names:
+            continue
+        if not reuse:
+            added.append(replace(item, name=PREFIX + item.name))
+            continue
+        late = [steps[c] for c, _ in t.consumers if c not in forward and c not in names]
+        early = [steps[c] for c, _ in t.consumers if c in forward]
+        end = max([steps[t.producer]] + early) + 1
+        if end < item.end:
+            removed.append(item)
+            added.append(replace(item, end=end))
+        if late:
+            added.append(replace(item, start=start, end=max(late) + 1, name=PREFIX + item.name))
+    return removed, added
