@@ -8,7 +8,6 @@ objective, the starts it ranks best among all found so far descend to convergenc
 
 import logging
 import weakref
-from functools import partial
 from typing import Dict, List, Optional, Sequence
 
 from ..cost.cluster import Cluster
@@ -50,22 +49,28 @@ def descent(problem: Problem, memory_weight: float, weights: Weights) -> Descent
     return d
 
 
+def sweep(
+    problem: Problem, start: Assignment, memory_weight: float, options: SearchOptions
+) -> Assignment:
+    """`start` after one sweep of the groups of at most `options.seed_sweep_group` variables,
+    under the first objective."""
+    first = objectives(problem.model.cluster, options)[0]
+    d = descent(problem, memory_weight, first)
+    return d.run(start, max_sweeps=1, max_group=options.seed_sweep_group)
+
+
 def descend(
     problem: Problem,
-    starts: Sequence[Assignment],
+    swept: Sequence[Assignment],
     memory_weight: float,
     options: SearchOptions,
     executor: Executor,
 ) -> List[Assignment]:
-    """Every start after one sweep of the groups of at most `options.seed_sweep_group`
-    variables (under the serial objective), and then, for each objective in turn, the
+    """The starts after their sweep (`sweep`), and then, for each objective in turn, the
     `finalists` it ranks best among all found so far after descending to convergence."""
-    found: List[Assignment] = []
+    found: List[Assignment] = list(swept)
     for weights in objectives(problem.model.cluster, options):
         d = descent(problem, memory_weight, weights)
-        if not found:
-            sweep = partial(d.run, max_sweeps=1, max_group=options.seed_sweep_group)
-            found = executor.map(sweep, starts)
         ranked = sorted(found, key=lambda x: problem.objective(x, memory_weight, weights))
         k = options.finalists if weights == SERIAL else options.finalists_other
         found = found + executor.map(d.run, ranked[:k])
