@@ -16,8 +16,7 @@ leanest plan needs.
 import logging
 import math
 import time
-from functools import partial
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Union
 
 from .assemble import assemble
 from .cost.cluster import Cluster, load_cluster
@@ -25,13 +24,11 @@ from .errors import PlanningError
 from .ir import Graph
 from .plan import Plan
 from .search import baselines
-from .search.descend import descend, sweep
 from .search.executor import SERIAL, Executor
-from .search.fit import check_fits, fit_memory
+from .search.fit import check_fits, descend_and_refine, fit_memory
 from .search.options import SearchOptions
 from .search.problem import Problem, build_problem
 from .search.seeds import flat_graph, lift, seeds
-from .search.select import refine
 
 log = logging.getLogger(__name__)
 
@@ -94,31 +91,18 @@ def search(
     """The fastest plan within `limit` bytes per device, from `starts` (and the flat seed)."""
     check_fits(problem, limit)
     experts = list(starts.values())
-    flat = options.flat_seed and flat_graph(problem, held) is not None
-    # the flat plan is searched (in this process) while the other starts take their sweep
-    tasks: List[Optional[Assignment]] = experts + ([None] if flat else [])
-    swept = executor.map(partial(_sweep_or_flat, problem, options, held), tasks)
-    if flat and swept[-1][0] is not None:
-        experts.append(swept[-1][0])
-    found = descend(problem, [y for x, y in swept if x is not None], 0.0, options, executor)
-    best = refine(problem, found, experts, 0.0, options, executor)
+    flat = flat_seed(problem, options, executor, held) if options.flat_seed else None
+    if flat is not None:
+        experts.append(flat)
+    best = descend_and_refine(problem, experts, 0.0, options, executor)
     return fit_memory(problem, best, limit, options, executor)
 
 
-def _sweep_or_flat(
-    problem: Problem, options: SearchOptions, held: bool, start: Optional[Assignment]
-) -> Tuple[Optional[Assignment], Optional[Assignment]]:
-    """(start, start after its sweep); for None the flat seed, found here, for `start`."""
-    if start is None:
-        start = flat_seed(problem, options, held)
-        if start is None:
-            return None, None
-    return start, sweep(problem, start, 0.0, options)
-
-
-def flat_seed(problem: Problem, options: SearchOptions, held: bool) -> Optional[Assignment]:
+def flat_seed(
+    problem: Problem, options: SearchOptions, executor: Executor, held: bool
+) -> Optional[Assignment]:
     """The best plan of the 1-D mesh of the same devices, lifted (search.seeds.flat_graph says
-    where there is one); searched in this process alone."""
+    where there is one)."""
     graph = flat_graph(problem, held)
     if graph is None:
         return None
@@ -129,7 +113,7 @@ def flat_seed(problem: Problem, options: SearchOptions, held: bool) -> Optional[
         tie=options.tie_layers,
         max_factor_entries=options.max_factor_entries,
     )
-    x = search(flat, seeds(flat), math.inf, options, SERIAL)
+    x = search(flat, seeds(flat), math.inf, options, executor)
     return lift(problem, flat, x)
 
 

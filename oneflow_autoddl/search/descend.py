@@ -8,6 +8,7 @@ objective, the starts it ranks best among all found so far descend to convergenc
 
 import logging
 import weakref
+from functools import partial
 from typing import Dict, List, Optional, Sequence
 
 from ..cost.cluster import Cluster
@@ -66,18 +67,18 @@ def descend(
     options: SearchOptions,
     executor: Executor,
 ) -> List[Assignment]:
-    """The starts after their sweep (`sweep`), and then, for each objective in turn, the
-    `finalists` it ranks best among all found so far after descending to convergence."""
-    found: List[Assignment] = list(swept)
+    """The starts after their sweep (`sweep`), and the `finalists` each objective ranks best
+    among them after descending to convergence under it; the descents are independent tasks."""
+    tasks = []
     for weights in objectives(problem.model.cluster, options):
-        d = descent(problem, memory_weight, weights)
-        ranked = sorted(found, key=lambda x: problem.objective(x, memory_weight, weights))
+        ranked = sorted(swept, key=lambda x: problem.objective(x, memory_weight, weights))
         k = options.finalists if weights == SERIAL else options.finalists_other
-        found = found + executor.map(d.run, ranked[:k])
-        log.debug(
-            "descents under %s from %d starts: objective %.6g",
-            weights,
-            k,
-            min(problem.objective(x, memory_weight, weights) for x in found[-k:]),
-        )
-    return found
+        tasks += [(weights, x) for x in ranked[:k]]
+    found = executor.map(partial(_converge, problem, memory_weight), tasks)
+    log.debug("%d descents to convergence from %d swept starts", len(tasks), len(swept))
+    return list(swept) + found
+
+
+def _converge(problem: Problem, memory_weight: float, task) -> Assignment:
+    weights, x = task
+    return descent(problem, memory_weight, weights).run(x)

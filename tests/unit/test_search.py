@@ -407,17 +407,17 @@ def test_the_flat_plan_seeds_meshes_whose_axes_share_links(cpu):
     and the plan is no worse; where the axes cross different links there is no such seed."""
     g = build_gpt(2, 64, 4, 8, 64, 8, (2, 2), device="cpu")
     problem, x, _ = searched(g, cpu)
-    lifted = flat_seed(problem, OPTIONS, held=False)
+    lifted = flat_seed(problem, OPTIONS, HERE, held=False)
     flat, y, _ = searched(remesh(g, (4,)), cpu)
     on_four = flat.evaluate(y).step_time
     assert problem.evaluate(lifted).step_time == pytest.approx(on_four, rel=1e-9)
     assert problem.evaluate(x).step_time <= on_four * (1 + 1e-9)
     across = build_problem(build_gpt(2, 64, 4, 8, 64, 16, (2, 8)), load_cluster("dgx-a100"))
-    assert flat_seed(across, OPTIONS, held=False) is None
+    assert flat_seed(across, OPTIONS, HERE, held=False) is None
 
 
 def test_no_flat_seed_when_the_batch_does_not_split_over_every_device():
     """16 x 64 Piz Daint nodes share one network, but a batch of 16 splits over axis 0 only."""
     graph = build_gpt(2, 64, 4, 8, 64, 16, (16, 64))
     problem = build_problem(graph, load_cluster("piz-daint"))
-    assert flat_seed(problem, OPTIONS, held=False) is None
+    assert flat_seed(problem, OPTIONS, HERE, held=False) is None
