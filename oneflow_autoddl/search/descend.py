@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 Assignment = List[int]
 _GROUPS: "weakref.WeakKeyDictionary[Problem, List[List[int]]]" = weakref.WeakKeyDictionary()
 _MEMOS: "weakref.WeakKeyDictionary[Problem, Dict[tuple, dict]]" = weakref.WeakKeyDictionary()
+_PROGRAMS: "weakref.WeakKeyDictionary[Problem, dict]" = weakref.WeakKeyDictionary()
 
 
 def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> List[Weights]:
@@ -44,7 +45,8 @@ def descent(problem: Problem, memory_weight: float, weights: Weights) -> Descent
     its structure only, not on the prices)."""
     groups = _GROUPS.get(problem)
     memo = _MEMOS.setdefault(problem, {}).setdefault((memory_weight, weights), {})
-    d = Descent(problem, memory_weight=memory_weight, groups=groups, weights=weights, memo=memo)
+    programs = _PROGRAMS.setdefault(problem, {})
+    d = Descent(problem, memory_weight, groups, weights, memo=memo, programs=programs)
     if groups is None:
         _GROUPS[problem] = d.groups
     return d

@@ -11,7 +11,7 @@ keeps the result only if it lowers the objective; sweeps repeat until none does.
 import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from .eliminate import MAX_ENTRIES, Factor, condition, elimination_width, solve
+from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
 from .problem import SERIAL, Problem, Weights
 
 log = logging.getLogger(__name__)
@@ -65,10 +65,12 @@ class Descent:
         groups: Optional[List[List[int]]] = None,
         weights: Weights = SERIAL,
         memo: Optional[Dict[tuple, object]] = None,
+        programs: Optional[Dict[Tuple[int, ...], Program]] = None,
     ):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
         only, not on the memory price or the weights), so that they are not found again. `memo`:
-        the group optima of earlier Descents with the same problem, price and weights."""
+        the group optima of earlier Descents with the same problem, price and weights; `programs`:
+        their groups' elimination programs (which depend on the problem's structure only)."""
         self.problem = problem
         self.unary = problem.unary(memory_weight)
         self.tables = problem.tables(weights)
@@ -86,6 +88,7 @@ class Descent:
         self.steps = 0
         self.memo: Dict[tuple, object] = {} if memo is None else memo
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
+        self._programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
 
     def _solvable(self, group: Sequence[int]) -> bool:
         """Whether eliminating the group stays under MAX_ENTRIES (structure only, no tables)."""
@@ -134,12 +137,11 @@ class Descent:
         if key in self.memo:
             return self.memo[key], self._current(group, x)
         factors, current = self._local(group, x)
-        result = solve(
-            group,
-            {v: int(self.problem.domain[v]) for v in group},
-            {v: self.unary[v] for v in group},
-            factors,
-        )
+        program = self._programs.get(key[0])
+        if program is None:
+            domain = {v: int(self.problem.domain[v]) for v in group}
+            program = self._programs[key[0]] = Program(group, domain, [f.vars for f in factors])
+        result = program.run([self.unary[v] for v in group] + [f.table for f in factors])
         self.memo[key] = result
         return result, current
 

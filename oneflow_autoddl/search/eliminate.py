@@ -6,6 +6,7 @@ a time (smallest resulting table first), keeping argmin tables to read the optim
 It returns None instead of building a table over MAX_ENTRIES, so callers can skip the group.
 """
 
+import math
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -27,24 +28,6 @@ def condition(vars_: Sequence[int], table: np.ndarray, free: Set[int], x) -> Opt
     if not kept:
         return None
     return Factor(kept, table[index])
-
-
-def _combine(factors: List[Factor], domain: Dict[int, int]) -> Tuple[Tuple[int, ...], np.ndarray]:
-    vars_ = tuple(sorted({v for f in factors for v in f.vars}))
-    axis = {v: i for i, v in enumerate(vars_)}
-    total = None
-    for f in sorted(factors, key=lambda f: -f.table.size):
-        order = sorted(range(len(f.vars)), key=lambda i: axis[f.vars[i]])
-        view = [1] * len(vars_)
-        for i in order:
-            view[axis[f.vars[i]]] = f.table.shape[i]
-        t = (
-            np.transpose(f.table, order).reshape(view)
-            if order != list(range(len(order)))
-            else f.table.reshape(view)
-        )
-        total = t if total is None else total + t
-    return vars_, np.broadcast_to(total, tuple(domain[v] for v in vars_))
 
 
 def elimination_width(
@@ -88,50 +71,102 @@ def elimination_width(
     return widest
 
 
+class Program:
+    """The elimination of a fixed set of free variables from factors over fixed scopes, planned
+    once: which tables each step adds (transposed and shaped how) and which variable it
+    minimises out. Descent re-solves a group many times with the same structure and other
+    numbers; running the plan costs only the numpy work. The order and the sums are those of
+    `solve`'s own loop, so the result is the same to the last bit."""
+
+    def __init__(self, free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]):
+        shapes: Dict[int, Tuple[int, ...]] = {}
+        scope_of: Dict[int, Tuple[int, ...]] = {}
+        for fid, vars_ in enumerate([(v,) for v in free] + list(scopes)):
+            scope_of[fid] = vars_
+            shapes[fid] = tuple(domain[v] for v in vars_)
+        touch: Dict[int, Set[int]] = {v: set() for v in free}
+        for fid, vars_ in scope_of.items():
+            for v in vars_:
+                touch[v].add(fid)
+        next_id = len(scope_of)
+        # per step: (added slots with their transposition and view, full shape, axis, slot out)
+        self.steps: List[tuple] = []
+        self.trace: List[Tuple[int, Tuple[int, ...]]] = []
+        self.feasible = True
+        remaining = set(free)
+        while remaining:
+            best, best_size = -1, 0
+            for v in sorted(remaining):
+                size = 1
+                for u in {u for fid in touch[v] for u in scope_of[fid]}:
+                    size *= domain[u]
+                if best < 0 or size < best_size:
+                    best, best_size = v, size
+            if best_size > MAX_ENTRIES:
+                self.feasible = False
+                return
+            fids = touch.pop(best)
+            touching = [(fid, scope_of.pop(fid), shapes.pop(fid)) for fid in fids]
+            for _, vars_, _ in touching:
+                for u in vars_:
+                    if u != best:
+                        touch[u] -= fids
+            vars_ = tuple(sorted({v for _, scope, _ in touching for v in scope}))
+            axis = {v: i for i, v in enumerate(vars_)}
+            adds = []
+            for fid, scope, shape in sorted(touching, key=lambda t: -math.prod(t[2])):
+                order = sorted(range(len(scope)), key=lambda i: axis[scope[i]])
+                view = [1] * len(vars_)
+                for i in order:
+                    view[axis[scope[i]]] = shape[i]
+                adds.append((fid, None if order == list(range(len(order))) else order, tuple(view)))
+            ax = vars_.index(best)
+            rest = vars_[:ax] + vars_[ax + 1 :]
+            out = -1
+            if rest:
+                out = next_id
+                scope_of[out], shapes[out] = rest, tuple(domain[v] for v in rest)
+                for u in rest:
+                    touch[u].add(out)
+                next_id += 1
+            self.steps.append((adds, tuple(domain[v] for v in vars_), ax, out))
+            self.trace.append((best, rest))
+            remaining.discard(best)
+
+    def run(self, tables: List[np.ndarray]) -> Optional[Tuple[Dict[int, int], float]]:
+        """Minimise the sum of `tables` (the unary tables of the free variables in order, then
+        the factors' over their scopes); None where a table would exceed MAX_ENTRIES."""
+        if not self.feasible:
+            return None
+        slots: Dict[int, np.ndarray] = dict(enumerate(tables))
+        constant = 0.0
+        kept = []
+        for adds, full, ax, out in self.steps:
+            total = None
+            for fid, order, view in adds:
+                t = slots.pop(fid)
+                t = (np.transpose(t, order) if order is not None else t).reshape(view)
+                total = t if total is None else total + t
+            table = np.broadcast_to(total, full)
+            kept.append(np.moveaxis(table, ax, -1))  # argmin only where read back
+            reduced = np.min(table, axis=ax)
+            if out >= 0:
+                slots[out] = reduced
+            else:
+                constant += float(reduced)
+        choice: Dict[int, int] = {}
+        for (v, rest), table in zip(reversed(self.trace), reversed(kept)):
+            choice[v] = int(np.argmin(table[tuple(choice[u] for u in rest)]))
+        return choice, constant
+
+
 def solve(
-    free: Sequence[int], domain: Dict[int, int], unary: Dict[int, np.ndarray], factors: List[Factor]
+    free: Sequence[int],
+    domain: Dict[int, int],
+    unary: Dict[int, np.ndarray],
+    factors: List[Factor],
 ) -> Optional[Tuple[Dict[int, int], float]]:
     """Minimise sum(unary) + sum(factors) over the free variables. None if a table would be too
     large."""
-    pool: Dict[int, Factor] = dict(enumerate([Factor((v,), unary[v]) for v in free] + factors))
-    touch: Dict[int, Set[int]] = {v: set() for v in free}
-    for fid, f in pool.items():
-        for v in f.vars:
-            touch[v].add(fid)
-    next_id = len(pool)
-    constant = 0.0
-    trace: List[Tuple[int, Tuple[int, ...], np.ndarray]] = []
-    remaining = set(free)
-    while remaining:
-        best, best_size = -1, 0
-        for v in sorted(remaining):
-            size = 1
-            for u in {u for fid in touch[v] for u in pool[fid].vars}:
-                size *= domain[u]
-            if best < 0 or size < best_size:
-                best, best_size = v, size
-        if best_size > MAX_ENTRIES:
-            return None
-        fids = touch.pop(best)
-        touching = [pool.pop(fid) for fid in fids]
-        for f in touching:
-            for u in f.vars:
-                if u != best:
-                    touch[u] -= fids
-        vars_, table = _combine(touching, domain)
-        ax = vars_.index(best)
-        rest = vars_[:ax] + vars_[ax + 1 :]
-        trace.append((best, rest, np.moveaxis(table, ax, -1)))  # argmin only where read back
-        reduced = np.min(table, axis=ax)
-        if rest:
-            pool[next_id] = Factor(rest, reduced)
-            for u in rest:
-                touch[u].add(next_id)
-            next_id += 1
-        else:
-            constant += float(reduced)
-        remaining.discard(best)
-    choice: Dict[int, int] = {}
-    for v, rest, table in reversed(trace):
-        choice[v] = int(np.argmin(table[tuple(choice[u] for u in rest)]))
-    return choice, constant
+    program = Program(free, domain, [f.vars for f in factors])
+    return program.run([unary[v] for v in free] + [f.table for f in factors])
