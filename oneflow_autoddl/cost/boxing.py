@@ -210,13 +210,12 @@ def collector_paths(costs: np.ndarray, max_middle: int) -> Dict[Tuple[int, int],
     best = costs.copy()
     lists: Dict[Tuple[int, int], List[List[int]]] = {}
     for m in range(1, max_middle + 1):
-        via = {ik: ls for ik, ls in lists.items() if len(ls[0]) == m - 1} if m > 1 else None
         reach = np.full((n, n), INF)  # cost of i -> k with exactly m - 1 middle nodes
         if m == 1:
             reach = np.where(np.isfinite(costs), costs, INF)
             np.fill_diagonal(reach, INF)
         else:
-            for i, k in via:
+            for i, k in [ik for ik, ls in lists.items() if len(ls[0]) == m - 1]:
                 reach[i, k] = best[i, k]
         direct_kj = np.where(np.isfinite(costs), costs, INF)
         np.fill_diagonal(direct_kj, INF)
@@ -323,7 +322,7 @@ class TransitionTable:
         ]
         self.index = {st: i for i, st in enumerate(self.states)}
         self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
-        self._custom = None
+        self._custom: Optional[Dict[Tuple[int, int], List[List[int]]]] = None
 
     def _direct(self, src: NdSbp, dst: NdSbp) -> bool:
         return oneflow_lazy_cost(src, dst, self.hierarchy, self.shape, 1.0) < INF
@@ -364,6 +363,7 @@ class TransitionTable:
                 ]
             )
             self._custom = collector_paths(costs, 5)
+        assert self._custom is not None
         return [
             [self.states[k] for k in ls]
             for ls in self._custom.get((self.index[src], self.index[dst]), [])

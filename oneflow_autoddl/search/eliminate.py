@@ -142,11 +142,13 @@ class Program:
         constant = 0.0
         kept = []
         for adds, full, ax, out in self.steps:
-            total = None
+            parts = []
             for fid, order, view in adds:
                 t = slots.pop(fid)
-                t = (np.transpose(t, order) if order is not None else t).reshape(view)
-                total = t if total is None else total + t
+                parts.append((np.transpose(t, order) if order is not None else t).reshape(view))
+            total = parts[0]
+            for t in parts[1:]:
+                total = total + t
             table = np.broadcast_to(total, full)
             kept.append(np.moveaxis(table, ax, -1))  # argmin only where read back
             reduced = np.min(table, axis=ax)

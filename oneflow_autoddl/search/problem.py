@@ -268,7 +268,7 @@ class Problem:
         vocab: Dict[NdSbp, int] = {}
         src = self._ids(p, vocab)
         dsts = [self._ids(c, vocab) for c in ends.consumers]
-        sbps = sorted(vocab, key=vocab.get)
+        sbps = sorted(vocab, key=lambda nd: vocab[nd])
         transfers = [[self.model.transfer(a, b, t.shape, t.dtype) for b in sbps] for a in sbps]
         box = np.array([[tr.time for tr in row] for row in transfers])
         box_latency = np.array([[tr.latency for tr in row] for row in transfers])
@@ -502,8 +502,8 @@ class Problem:
             return offsets[key]
 
         consumers = [(i, c) for i, ends in enumerate(self.ends) for c in ends.consumers]
-        p_start = np.array([start(ends.producer) for ends in self.ends], dtype=int)
-        c_start = np.array([start(c) for _, c in consumers], dtype=int)
+        p_start: np.ndarray = np.array([start(ends.producer) for ends in self.ends], dtype=int)
+        c_start: np.ndarray = np.array([start(c) for _, c in consumers], dtype=int)
         return (
             np.concatenate(tables) if tables else np.zeros(0, int),
             p_start,
@@ -518,7 +518,7 @@ class Problem:
         """Indices into self.ends of the tensors some consumer reads in another SBP, or on another
         placement."""
         ids, p_start, p_var, c_start, c_var, c_tensor, remote = self._ends_index
-        xa = np.asarray(x, dtype=int)
+        xa: np.ndarray = np.asarray(x, dtype=int)
         src = ids[p_start + xa[p_var]]
         differs = remote.copy()
         differs[c_tensor[ids[c_start + xa[c_var]] != src[c_tensor]]] = True
@@ -586,7 +586,7 @@ def _dedup_table(
     table = np.zeros(shape)
     for c, ids, box in zip(consumers, dsts, boxes):
         d = grid(c, ids)
-        new = np.ones(np.broadcast_shapes(s.shape, d.shape), dtype=bool)
+        new: np.ndarray = np.ones(np.broadcast_shapes(s.shape, d.shape), dtype=bool)
         if not c.strict:  # a strict consumer's INF must not be hidden by an earlier twin
             for prev in seen:
                 new = new & (d != prev)

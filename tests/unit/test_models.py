@@ -13,7 +13,7 @@ from oneflow_autoddl.models import build, build_gpt, build_vgg
 from oneflow_autoddl.sbp import B, S, Signature
 from oneflow_autoddl.search.ties import tie_ops
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GPT3 = dict(layers=96, hidden=12288, heads=96, seq_len=2048, vocab=50257, batch=1536)
 # Op counts of a GPT with L blocks: ops outside the blocks + L * ops of a block.
 GPT_OPS = {"cuda": (58, 138), "cpu": (83, 186)}
