@@ -40,13 +40,23 @@ def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> Lis
     return [SERIAL, Weights(latency=0.0), Weights(moving=2.0, latency=0.0)]
 
 
-def descent(problem: Problem, memory_weight: float, weights: Weights) -> Descent:
+def descent(
+    problem: Problem, memory_weight: float, weights: Weights, options: SearchOptions
+) -> Descent:
     """A Descent of `problem` under `weights`, its groups found once per problem (they depend on
     its structure only, not on the prices)."""
     groups = _GROUPS.get(problem)
     memo = _MEMOS.setdefault(problem, {}).setdefault((memory_weight, weights), {})
     programs = _PROGRAMS.setdefault(problem, {})
-    d = Descent(problem, memory_weight, groups, weights, memo=memo, programs=programs)
+    d = Descent(
+        problem,
+        memory_weight,
+        groups,
+        weights,
+        memo=memo,
+        programs=programs,
+        max_group_vars=options.max_group_vars,
+    )
     if groups is None:
         _GROUPS[problem] = d.groups
     return d
@@ -58,7 +68,7 @@ def sweep(
     """`start` after one sweep of the groups of at most `options.seed_sweep_group` variables,
     under the first objective."""
     first = objectives(problem.model.cluster, options)[0]
-    d = descent(problem, memory_weight, first)
+    d = descent(problem, memory_weight, first, options)
     return d.run(start, max_sweeps=1, max_group=options.seed_sweep_group)
 
 
@@ -76,11 +86,11 @@ def descend(
         ranked = sorted(swept, key=lambda x: problem.objective(x, memory_weight, weights))
         k = options.finalists if weights == SERIAL else options.finalists_other
         tasks += [(weights, x) for x in ranked[:k]]
-    found = executor.map(partial(_converge, problem, memory_weight), tasks)
+    found = executor.map(partial(_converge, problem, memory_weight, options), tasks)
     log.debug("%d descents to convergence from %d swept starts", len(tasks), len(swept))
     return list(swept) + found
 
 
-def _converge(problem: Problem, memory_weight: float, task) -> Assignment:
+def _converge(problem: Problem, memory_weight: float, options: SearchOptions, task) -> Assignment:
     weights, x = task
-    return descent(problem, memory_weight, weights).run(x)
+    return descent(problem, memory_weight, weights, options).run(x)

@@ -17,11 +17,12 @@ from .problem import SERIAL, Problem, Weights
 log = logging.getLogger(__name__)
 
 REL_TOL = 1e-12
-WHOLE_GRAPH_VARS = 400  # above this the whole graph is never one coordinate
+MAX_GROUP_VARS = 400  # search.options.SearchOptions.max_group_vars
 
 
-def scope_groups(problem: Problem) -> List[List[int]]:
-    """Variables by module scope, deepest scopes first, then the whole problem."""
+def scope_groups(problem: Problem, max_vars: int = MAX_GROUP_VARS) -> List[List[int]]:
+    """Variables by module scope, deepest scopes first, then the whole problem: each of at most
+    `max_vars` variables (a larger scope is left to its sub-scopes and the neighbourhoods)."""
     by_prefix: Dict[str, set] = {}
     for v, members in enumerate(problem.var_units):
         if not problem.is_free(v):
@@ -34,11 +35,11 @@ def scope_groups(problem: Problem) -> List[List[int]]:
     groups, seen = [], set()
     for prefix in ordered:
         g = tuple(sorted(by_prefix[prefix]))
-        if g not in seen:
+        if g not in seen and len(g) <= max_vars:
             seen.add(g)
             groups.append(list(g))
     everything = [v for v in range(len(problem.var_units)) if problem.is_free(v)]
-    if tuple(everything) not in seen and len(everything) <= WHOLE_GRAPH_VARS:
+    if tuple(everything) not in seen and len(everything) <= max_vars:
         groups.append(everything)
     return groups
 
@@ -66,6 +67,7 @@ class Descent:
         weights: Weights = SERIAL,
         memo: Optional[Dict[tuple, object]] = None,
         programs: Optional[Dict[Tuple[int, ...], Program]] = None,
+        max_group_vars: int = MAX_GROUP_VARS,
     ):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
         only, not on the memory price or the weights), so that they are not found again. `memo`:
@@ -76,7 +78,7 @@ class Descent:
         self.tables = problem.tables(weights)
         self.memory_weight = memory_weight
         if groups is None:
-            scoped = [g for g in scope_groups(problem) if self._solvable(g)]
+            scoped = [g for g in scope_groups(problem, max_group_vars) if self._solvable(g)]
             covered = [set(g) for g in scoped]
             extra = [
                 g

@@ -6,6 +6,7 @@ a time (smallest resulting table first), keeping argmin tables to read the optim
 It returns None instead of building a table over MAX_ENTRIES, so callers can skip the group.
 """
 
+import heapq
 import math
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -30,44 +31,56 @@ def condition(vars_: Sequence[int], table: np.ndarray, free: Set[int], x) -> Opt
     return Factor(kept, table[index])
 
 
+class _Order:
+    """The order variables are eliminated in: always the one whose table (it and its neighbours)
+    is smallest, ties to the smallest variable. Neighbours are kept per variable and joined as
+    eliminations join them, sizes in a heap: a step costs its neighbourhood, not a scan of
+    every variable left."""
+
+    def __init__(self, free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]):
+        self.domain = domain
+        self.near: Dict[int, Set[int]] = {v: {v} for v in free}
+        for scope in scopes:
+            for v in scope:
+                self.near[v].update(scope)
+        self.size = {v: self._size(v) for v in free}
+        self.heap = [(size, v) for v, size in self.size.items()]
+        heapq.heapify(self.heap)
+
+    def _size(self, v: int) -> int:
+        return math.prod(self.domain[u] for u in self.near[v])
+
+    def next(self) -> Tuple[int, int]:
+        """(the variable to eliminate next, the size of its table)."""
+        while True:
+            size, v = heapq.heappop(self.heap)
+            if self.size.get(v) == size:
+                return v, size
+
+    def eliminate(self, v: int) -> Tuple[int, ...]:
+        """Take v out; its neighbours (sorted), which the table left behind joins."""
+        rest = self.near.pop(v) - {v}
+        del self.size[v]
+        for u in rest:
+            self.near[u] |= rest
+            self.near[u].discard(v)
+            self.size[u] = self._size(u)
+            heapq.heappush(self.heap, (self.size[u], u))
+        return tuple(sorted(rest))
+
+
 def elimination_width(
     free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]
 ) -> int:
     """Largest table `solve` would build for factors over `scopes` (free variables only), without
-    building it."""
-    pool: Dict[int, Set[int]] = {
-        i: set(s) for i, s in enumerate([(v,) for v in free] + list(scopes))
-    }
-    touch: Dict[int, Set[int]] = {v: set() for v in free}
-    for fid, s in pool.items():
-        for v in s:
-            touch[v].add(fid)
-    widest, next_id = 0, len(pool)
-    remaining = set(free)
-    while remaining:
-        best, best_size, best_scope = -1, 0, set()
-        for v in sorted(remaining):
-            scope = {u for fid in touch[v] for u in pool[fid]}
-            size = 1
-            for u in scope:
-                size *= domain[u]
-            if best < 0 or size < best_size:
-                best, best_size, best_scope = v, size, scope
-        widest = max(widest, best_size)
+    building it (it stops counting past MAX_ENTRIES)."""
+    order, widest = _Order(free, domain, scopes), 0
+    for _ in range(len(free)):
+        v, size = order.next()
+        widest = max(widest, size)
         if widest > MAX_ENTRIES:
-            return widest
-        fids = touch.pop(best)
-        for fid in fids:
-            for u in pool.pop(fid):
-                if u != best:
-                    touch[u] -= fids
-        rest = best_scope - {best}
-        if rest:
-            pool[next_id] = rest
-            for u in rest:
-                touch[u].add(next_id)
-            next_id += 1
-        remaining.discard(best)
+            break
+        order.eliminate(v)
     return widest
 
 
@@ -93,15 +106,9 @@ class Program:
         self.steps: List[tuple] = []
         self.trace: List[Tuple[int, Tuple[int, ...]]] = []
         self.feasible = True
-        remaining = set(free)
-        while remaining:
-            best, best_size = -1, 0
-            for v in sorted(remaining):
-                size = 1
-                for u in {u for fid in touch[v] for u in scope_of[fid]}:
-                    size *= domain[u]
-                if best < 0 or size < best_size:
-                    best, best_size = v, size
+        sequence = _Order(free, domain, list(scopes))
+        for _ in range(len(free)):
+            best, best_size = sequence.next()
             if best_size > MAX_ENTRIES:
                 self.feasible = False
                 return
@@ -131,7 +138,7 @@ class Program:
                 next_id += 1
             self.steps.append((adds, tuple(domain[v] for v in vars_), ax, out))
             self.trace.append((best, rest))
-            remaining.discard(best)
+            sequence.eliminate(best)
 
     def run(self, tables: List[np.ndarray]) -> Optional[Tuple[Dict[int, int], float]]:
         """Minimise the sum of `tables` (the unary tables of the free variables in order, then

@@ -31,8 +31,12 @@ class SearchOptions:
     # What the descents minimise (search.problem.Weights: the price of a second of a boxing's
     # moving bytes and of its latency); None: by the cluster's backend (search.descend.objectives).
     objectives: Optional[Tuple[Weights, ...]] = None
-    # Largest group (variables) the first sweep from every seed re-solves; the finalists'
-    # descents to convergence solve every group.
+    # Largest group (variables) a descent step re-solves: a module scope with more is left to its
+    # sub-scopes and to each variable's neighbourhood (a group's table work grows with its size;
+    # on the zoo's Swin a scope of ~950 variables took half the planning time).
+    max_group_vars: int = 400
+    # Largest group the first sweep from every seed re-solves; the finalists' descents to
+    # convergence solve every group.
     seed_sweep_group: int = 32
     # Starts that descend to convergence under the serial objective (compute plus every
     # boxing), and under each other objective (search.descend.objectives), ranked by it.

@@ -137,6 +137,8 @@ class Problem:
                 self._tensors_of[v].append(i)
         self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
+        self._priced: Dict[float, List[np.ndarray]] = {}
+        self._gathers: Dict[tuple, Gather] = {}
         self._bytes_memo: Dict[tuple, np.ndarray] = {}
 
     # -- variables ---------------------------------------------------------------------------
@@ -342,7 +344,16 @@ class Problem:
     def unary(self, memory_weight: float = 0.0) -> List[np.ndarray]:
         if memory_weight == 0.0:
             return self.compute
-        return [c + memory_weight * m for c, m in zip(self.compute, self.memory)]
+        if memory_weight not in self._priced:
+            self._priced[memory_weight] = [
+                c + memory_weight * m for c, m in zip(self.compute, self.memory)
+            ]
+        return self._priced[memory_weight]
+
+    def _gather(self, key: tuple, make) -> "Gather":
+        if key not in self._gathers:
+            self._gathers[key] = make()
+        return self._gathers[key]
 
     def tables(self, weights: Weights = SERIAL) -> List[Factor]:
         """The factors as `weights` price them (aligned with self.factors: same variables).
@@ -364,10 +375,15 @@ class Problem:
     def objective(
         self, x: Sequence[int], memory_weight: float = 0.0, weights: Weights = SERIAL
     ) -> float:
-        total = sum(float(u[x[v]]) for v, u in enumerate(self.unary(memory_weight)))
-        return total + sum(
-            float(f.table[tuple(x[v] for v in f.vars)]) for f in self.tables(weights)
+        """Compute (plus the price of memory) and every factor's boxing, at x."""
+        unary = self._gather(
+            ("unary", memory_weight), lambda: Gather.of_unary(self.unary(memory_weight))
         )
+        factors = self._gather(
+            ("factors", weights), lambda: Gather.of_factors(self.tables(weights))
+        )
+        xa: np.ndarray = np.asarray(x, dtype=np.int64)
+        return unary.total(xa) + factors.total(xa)
 
     def change(
         self,
@@ -407,10 +423,14 @@ class Problem:
         return delta
 
     def compute_of(self, x: Sequence[int]) -> float:
-        return float(sum(c[x[v]] for v, c in enumerate(self.compute)))
+        return self._gather(("unary", 0.0), lambda: Gather.of_unary(self.compute)).total(
+            np.asarray(x, dtype=np.int64)
+        )
 
     def memory_of(self, x: Sequence[int]) -> float:
-        return float(sum(m[x[v]] for v, m in enumerate(self.memory)))
+        return self._gather(("memory",), lambda: Gather.of_unary(self.memory)).total(
+            np.asarray(x, dtype=np.int64)
+        )
 
     def min_memory(self) -> float:
         """The least memory per device any assignment needs."""
@@ -561,6 +581,34 @@ class Problem:
                 return None
             x.append(match[0])
         return x
+
+
+class Gather:
+    """One entry from each of many tables at an assignment, summed: the tables raveled end to
+    end, each entry found by its variables' values times its strides, in one numpy gather."""
+
+    def __init__(self, scopes: Sequence[Tuple[int, ...]], tables: Sequence[np.ndarray]):
+        arity = max((len(s) for s in scopes), default=0)
+        self.flat = np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(0)
+        sizes = [t.size for t in tables]
+        self.base: np.ndarray = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        self.vars: np.ndarray = np.full((len(scopes), arity), -1, dtype=np.int64)  # -1 reads 0
+        self.strides: np.ndarray = np.zeros((len(scopes), arity), dtype=np.int64)
+        for i, (scope, t) in enumerate(zip(scopes, tables)):
+            self.vars[i, : len(scope)] = scope
+            self.strides[i, : len(scope)] = [s // t.itemsize for s in t.strides]
+
+    @classmethod
+    def of_unary(cls, tables: Sequence[np.ndarray]) -> "Gather":
+        return cls([(v,) for v in range(len(tables))], tables)
+
+    @classmethod
+    def of_factors(cls, factors: Sequence[Factor]) -> "Gather":
+        return cls([f.vars for f in factors], [np.ascontiguousarray(f.table) for f in factors])
+
+    def total(self, x: np.ndarray) -> float:
+        values = np.append(x, 0)[self.vars]
+        return float(self.flat[self.base + (values * self.strides).sum(axis=1)].sum())
 
 
 def _dedup_table(

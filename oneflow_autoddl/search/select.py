@@ -122,8 +122,10 @@ def thinner(
     return best
 
 
-def _descend_from(problem: Problem, memory_weight: float, x: Assignment, w: Weights) -> Assignment:
-    return descent(problem, memory_weight, w).run(x)
+def _descend_from(
+    problem: Problem, memory_weight: float, options: SearchOptions, x: Assignment, w: Weights
+) -> Assignment:
+    return descent(problem, memory_weight, w, options).run(x)
 
 
 def refine(
@@ -141,7 +143,7 @@ def refine(
     best = thinner(problem, found + experts, memory_weight, options, experts)
     weights = objectives(problem.model.cluster, options)
     for _ in range(options.polish_rounds):
-        again = partial(_descend_from, problem, memory_weight, best)
+        again = partial(_descend_from, problem, memory_weight, options, best)
         found = found + executor.map(again, weights)
         best, last = thinner(problem, found + experts, memory_weight, options, experts), best
         if best == last:
