@@ -323,6 +323,7 @@ class TransitionTable:
         self.index = {st: i for i, st in enumerate(self.states)}
         self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
         self._custom: Optional[Dict[Tuple[int, int], List[List[int]]]] = None
+        self._hops: Dict[Tuple[NdSbp, NdSbp], Optional[Transfer]] = {}
 
     def _direct(self, src: NdSbp, dst: NdSbp) -> bool:
         return oneflow_lazy_cost(src, dst, self.hierarchy, self.shape, 1.0) < INF
@@ -382,15 +383,26 @@ class TransitionTable:
                 self._paths[key] = self._route(src, dst)
         return self._paths[key]
 
+    def _hop(self, a: NdSbp, b: NdSbp) -> Optional[Transfer]:
+        """One direct move (None where the backend has no builder for it); paths share hops."""
+        key = (a, b)
+        if key not in self._hops:
+            if self.cpu_builders and not cpu_hop_supported(a, b, self.hierarchy, self.shape):
+                self._hops[key] = None
+            else:
+                self._hops[key] = _direct_cost(
+                    a, b, self.shape, self.nbytes, self.axes, self.axis_cost
+                )
+        return self._hops[key]
+
     def cost(self, src: NdSbp, dst: NdSbp) -> Optional[Transfer]:
         path = self.path(src, dst)
         if path is None:
             return None
-        if self.cpu_builders and not all(
-            cpu_hop_supported(a, b, self.hierarchy, self.shape) for a, b in zip(path, path[1:])
-        ):
-            return None
         total = FREE
         for a, b in zip(path, path[1:]):
-            total = total + _direct_cost(a, b, self.shape, self.nbytes, self.axes, self.axis_cost)
+            hop = self._hop(a, b)
+            if hop is None:
+                return None
+            total = total + hop
         return total

@@ -111,6 +111,7 @@ class Problem:
         }
         self._sbp_vocab: Dict[NdSbp, int] = {}
         self._sbp_ids: Dict[tuple, np.ndarray] = {}
+        self._boxing: Dict[tuple, Tuple[np.ndarray, np.ndarray]] = {}
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
@@ -270,10 +271,8 @@ class Problem:
         vocab: Dict[NdSbp, int] = {}
         src = self._ids(p, vocab)
         dsts = [self._ids(c, vocab) for c in ends.consumers]
-        sbps = sorted(vocab, key=lambda nd: vocab[nd])
-        transfers = [[self.model.transfer(a, b, t.shape, t.dtype) for b in sbps] for a in sbps]
-        box = np.array([[tr.time for tr in row] for row in transfers])
-        box_latency = np.array([[tr.latency for tr in row] for row in transfers])
+        sbps = tuple(sorted(vocab, key=lambda nd: vocab[nd]))
+        box, box_latency = self._boxing_tables(sbps, t.shape, t.dtype)
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
         no_latency = np.zeros_like(
             strict
@@ -320,6 +319,20 @@ class Problem:
                 )
             )
         return out
+
+    def _boxing_tables(
+        self, sbps: Tuple[NdSbp, ...], shape: Tuple[int, ...], dtype: str
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """(time, latency) of boxing between every two of `sbps`, for tensors of one shape and
+        dtype (tensors alike in shape and in the SBPs their ends take share them)."""
+        key = (sbps, shape, dtype)
+        if key not in self._boxing:
+            transfers = [[self.model.transfer(a, b, shape, dtype) for b in sbps] for a in sbps]
+            self._boxing[key] = (
+                np.array([[tr.time for tr in row] for row in transfers]),
+                np.array([[tr.latency for tr in row] for row in transfers]),
+            )
+        return self._boxing[key]
 
     def _chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
         """Consumers in runs whose joint table with the producer stays under MAX_FACTOR_ENTRIES;
