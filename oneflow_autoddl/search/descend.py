@@ -56,6 +56,7 @@ def descent(
         memo=memo,
         programs=programs,
         max_group_vars=options.max_group_vars,
+        max_table_entries=options.max_table_entries,
     )
     if groups is None:
         _GROUPS[problem] = d.groups

@@ -68,6 +68,7 @@ class Descent:
         memo: Optional[Dict[tuple, object]] = None,
         programs: Optional[Dict[Tuple[int, ...], Program]] = None,
         max_group_vars: int = MAX_GROUP_VARS,
+        max_table_entries: int = MAX_ENTRIES,
     ):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
         only, not on the memory price or the weights), so that they are not found again. `memo`:
@@ -77,6 +78,7 @@ class Descent:
         self.unary = problem.unary(memory_weight)
         self.tables = problem.tables(weights)
         self.memory_weight = memory_weight
+        self.max_table_entries = max_table_entries
         if groups is None:
             scoped = [g for g in scope_groups(problem, max_group_vars) if self._solvable(g)]
             covered = [set(g) for g in scoped]
@@ -93,7 +95,8 @@ class Descent:
         self._programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
 
     def _solvable(self, group: Sequence[int]) -> bool:
-        """Whether eliminating the group stays under MAX_ENTRIES (structure only, no tables)."""
+        """Whether eliminating the group keeps every table within `max_table_entries` (structure
+        only, no tables)."""
         p, members = self.problem, set(group)
         scopes = {
             tuple(v for v in p.factors[f].vars if v in members)
@@ -101,7 +104,9 @@ class Descent:
             for f in p.factors_of[v]
         }
         domain = {v: int(p.domain[v]) for v in group}
-        return elimination_width(group, domain, [s for s in scopes if s]) <= MAX_ENTRIES
+        scoped = [s for s in scopes if s]
+        limit = self.max_table_entries
+        return elimination_width(group, domain, scoped, limit) <= limit
 
     def _local(self, free: Sequence[int], x: Sequence[int]) -> Tuple[List[Factor], float]:
         p, free_set = self.problem, set(free)
@@ -142,7 +147,9 @@ class Descent:
         program = self._programs.get(key[0])
         if program is None:
             domain = {v: int(self.problem.domain[v]) for v in group}
-            program = self._programs[key[0]] = Program(group, domain, [f.vars for f in factors])
+            scopes = [f.vars for f in factors]
+            program = Program(group, domain, scopes, self.max_table_entries)
+            self._programs[key[0]] = program
         result = program.run([self.unary[v] for v in group] + [f.table for f in factors])
         self.memo[key] = result
         return result, current

@@ -3,7 +3,8 @@
 Each coordinate-descent step hands this a group of variables; factors touching the group
 are conditioned on the fixed variables, then the group's variables are eliminated one at
 a time (smallest resulting table first), keeping argmin tables to read the optimum back.
-It returns None instead of building a table over MAX_ENTRIES, so callers can skip the group.
+It returns None instead of building a table over a limit (MAX_ENTRIES by default), so callers
+can skip the group.
 """
 
 import heapq
@@ -12,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-MAX_ENTRIES = 1 << 22
+MAX_ENTRIES = 1 << 20  # search.options.SearchOptions.max_table_entries
 
 
 class Factor:
@@ -70,15 +71,18 @@ class _Order:
 
 
 def elimination_width(
-    free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]
+    free: Sequence[int],
+    domain: Dict[int, int],
+    scopes: List[Tuple[int, ...]],
+    limit: int = MAX_ENTRIES,
 ) -> int:
     """Largest table `solve` would build for factors over `scopes` (free variables only), without
-    building it (it stops counting past MAX_ENTRIES)."""
+    building it (it stops counting past `limit`)."""
     order, widest = _Order(free, domain, scopes), 0
     for _ in range(len(free)):
         v, size = order.next()
         widest = max(widest, size)
-        if widest > MAX_ENTRIES:
+        if widest > limit:
             break
         order.eliminate(v)
     return widest
@@ -91,7 +95,13 @@ class Program:
     numbers; running the plan costs only the numpy work. The order and the sums are those of
     `solve`'s own loop, so the result is the same to the last bit."""
 
-    def __init__(self, free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]):
+    def __init__(
+        self,
+        free: Sequence[int],
+        domain: Dict[int, int],
+        scopes: List[Tuple[int, ...]],
+        limit: int = MAX_ENTRIES,
+    ):
         shapes: Dict[int, Tuple[int, ...]] = {}
         scope_of: Dict[int, Tuple[int, ...]] = {}
         for fid, vars_ in enumerate([(v,) for v in free] + list(scopes)):
@@ -109,7 +119,7 @@ class Program:
         sequence = _Order(free, domain, list(scopes))
         for _ in range(len(free)):
             best, best_size = sequence.next()
-            if best_size > MAX_ENTRIES:
+            if best_size > limit:
                 self.feasible = False
                 return
             fids = touch.pop(best)
@@ -142,7 +152,7 @@ class Program:
 
     def run(self, tables: List[np.ndarray]) -> Optional[Tuple[Dict[int, int], float]]:
         """Minimise the sum of `tables` (the unary tables of the free variables in order, then
-        the factors' over their scopes); None where a table would exceed MAX_ENTRIES."""
+        the factors' over their scopes); None where a table would exceed the limit."""
         if not self.feasible:
             return None
         slots: Dict[int, np.ndarray] = dict(enumerate(tables))
