@@ -153,34 +153,46 @@ def measure(
     return rows
 
 
-def native_pass_time(models, mesh: str, sizes_by_model, batch_by_model, cluster: str = "cpu-local"):
-    """OneFlow's native pass (build_graph with it on minus off) beside our search on the same
-    Job."""
-    from oneflow_autoddl.planner import plan
+def planning_time(model: str, mesh: str, sizes=None, batch: int = 8, cluster: str = "cpu-local"):
+    """On the ranks of `mesh`, for one model's traced Job: OneFlow's native pass (build_graph with
+    it on, minus off), AutoDDL's plan with rank 0 planning alone (the others waiting at a
+    barrier), and with every rank planning together; whether the two plans are the same."""
+    import hashlib
 
-    out = []
-    for model in models:
-        times = {}
-        for planner in ("dp", "native"):
-            graph, inputs = rank_models.build(
-                model, mesh, plan=planner, batch=batch_by_model[model], sizes=sizes_by_model[model]
-            )
-            start = time.perf_counter()
-            job, _ = graph.build_graph(*inputs)
-            times[planner] = time.perf_counter() - start
-            if planner == "dp":
-                ir = read_job(job)
+    from oneflow_autoddl.adapter.ranks import RankExecutor
+    from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.search.executor import SERIAL
+
+    times = {}
+    for planner in ("dp", "native"):
+        graph, inputs = rank_models.build(model, mesh, plan=planner, batch=batch, sizes=sizes)
         start = time.perf_counter()
-        ours = plan(ir, cluster)
-        out.append(
-            {
-                "model": model,
-                "mesh": mesh,
-                "ops": len(ir.ops),
-                "native_s": times["native"] - times["dp"],
-                "build_s": times["dp"],
-                "ours_s": time.perf_counter() - start,
-                "ours_search_s": ours.search_time_s,
-            }
-        )
-    return out
+        job, _ = graph.build_graph(*inputs)
+        times[planner] = time.perf_counter() - start
+        if planner == "dp":
+            ir = read_job(job)
+
+    def digest(p) -> str:
+        items = sorted((n, sorted(e.signature.items())) for n, e in p.ops.items())
+        return hashlib.sha1(repr(items).encode()).hexdigest()
+
+    flow.comm.barrier()
+    start = time.perf_counter()
+    alone = plan(ir, cluster, executor=SERIAL) if flow.env.get_rank() == 0 else None
+    flow.comm.barrier()
+    alone_s = time.perf_counter() - start
+    start = time.perf_counter()
+    together = plan(ir, cluster, executor=RankExecutor())
+    together_s = time.perf_counter() - start
+    return {
+        "model": model,
+        "mesh": mesh,
+        "ops": len(ir.ops),
+        "native_s": times["native"] - times["dp"],
+        "build_s": times["dp"],
+        "alone_s": alone_s,
+        "together_s": together_s,
+        "same_plan": alone is None or digest(alone) == digest(together),
+        "predicted_step_s": together.predicted.step_time_s,
+        "predicted_bytes": together.predicted.bytes_per_device,
+    }

@@ -2,9 +2,10 @@
 
     python -m benchmarks.search_time [--json times.json]
 
-1. On the Jobs of benchmarks/compare_plans.py (traced on 4 CPU ranks, 1-D and 2x2): the
-   native pass's time (build_graph with enable_auto_parallel on, minus off) beside
-   AutoDDL's plan of the same Job, on rank 0.
+1. The examples' GPT and VGG at their default sizes, traced on 2, 4 and 2 x 2 CPU ranks: the
+   native pass's time (build_graph with enable_auto_parallel on, minus off) beside AutoDDL's
+   plan of the same Job with rank 0 planning alone and with every rank planning together
+   (and whether the two plans are the same).
 2. The built-in GPT-3 (hidden 12288, 96 heads, sequence 2048, batch 128) on dgx-a100:
    search time for 12, 24, 48 and 96 layers on 128x8 (1,024 devices), and for 96 layers on
    meshes of 8, 8x8, 16x8 and 128x8 (no memory limit, so every mesh has a plan). One core,
@@ -16,11 +17,15 @@ import math
 import time
 
 from benchmarks.bench import on_ranks, show, write_json
-from benchmarks.compare_plans import GPT, VGG
 from oneflow_autoddl.models import build_gpt
 from oneflow_autoddl.planner import plan
 
 GPT3 = dict(hidden=12288, heads=96, seq_len=2048, vocab=50257, batch=128)
+# examples/gpt.py's and examples/vgg.py's defaults
+EXAMPLE_SIZES = {
+    "gpt": {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 32, "vocab": 256},
+    "vgg": {"depth": 16, "width_mult": 0.125, "image_size": 32, "num_classes": 10},
+}
 
 
 def builtin_rows(layers_list=(12, 24, 48, 96), meshes=((8,), (8, 8), (16, 8), (128, 8))):
@@ -46,16 +51,21 @@ def builtin_rows(layers_list=(12, 24, 48, 96), meshes=((8,), (8, 8), (16, 8), (1
     return rows
 
 
-def traced_rows(meshes=("4", "2x2")):
+def traced_rows(meshes=("2", "4", "2x2")):
+    """The examples' GPT and VGG at their default sizes, traced on the ranks of each mesh."""
     rows = []
     for mesh in meshes:
-        rows += on_ranks(
-            "benchmarks.rank_bench:native_pass_time",
-            mesh,
-            models=["gpt", "vgg"],
-            sizes_by_model={"gpt": GPT, "vgg": VGG},
-            batch_by_model={"gpt": 8, "vgg": 16},
-        )[0]
+        for model, batch in (("gpt", 8), ("vgg", 16)):
+            sizes = EXAMPLE_SIZES[model]
+            rows.append(
+                on_ranks(
+                    "benchmarks.rank_bench:planning_time",
+                    mesh,
+                    model=model,
+                    sizes=sizes,
+                    batch=batch,
+                )[0]
+            )
     return rows
 
 
@@ -73,8 +83,16 @@ def main():
         print(
             show(
                 traced,
-                ["model", "mesh", "ops", "native_s", "ours_s", "ours_search_s"],
-                ["model", "mesh", "ops", "native pass s", "AutoDDL plan s", "of which search s"],
+                ["model", "mesh", "ops", "native_s", "alone_s", "together_s", "same_plan"],
+                [
+                    "model",
+                    "mesh",
+                    "ops",
+                    "native pass s",
+                    "AutoDDL, rank 0 alone s",
+                    "AutoDDL, every rank s",
+                    "same plan",
+                ],
             )
         )
         print()

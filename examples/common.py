@@ -49,6 +49,11 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--load-plan", default=None, help="a plan JSON saved by --json, to skip the search"
     )
+    parser.add_argument(
+        "--no-plan-cache",
+        action="store_true",
+        help="always search (default: reuse the plan of an identical earlier run)",
+    )
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -110,6 +115,8 @@ def configure(graph: flow.nn.Graph, args) -> None:
         graph.config.set_auto_parallel_memory_per_device(args.memory_per_device)
     if args.load_plan:
         graph.config.set_auto_parallel_plan(args.load_plan)
+    if getattr(args, "no_plan_cache", False):
+        graph.config.set_auto_parallel_plan_cache(False)
 
 
 class TrainGraph(flow.nn.Graph):

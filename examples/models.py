@@ -45,7 +45,8 @@ def build(
     **flags,
 ):
     """(graph, inputs) for "gpt", "gpt-fused" (LayerNorm as on CUDA) or "vgg" on `mesh`, at the
-    test sizes or `sizes`; `plan` and flags as examples/common.configure takes them."""
+    test sizes or `sizes`; `plan` and flags as examples/common.configure takes them. The plan
+    cache is off unless `plan_cache=True`: tests and benchmarks measure the search."""
     if model == "gpt-fused":
         fuse_layer_norm()
         model = "gpt"
@@ -78,6 +79,7 @@ def build(
         ranks_per_node=flags.get("ranks_per_node"),
         memory_per_device=flags.get("memory_per_device"),
         load_plan=flags.get("load_plan"),
+        no_plan_cache=not flags.get("plan_cache", False),
     )
     graph = common.TrainGraph(net, loss_fn, opt, args)
     inputs = [flow.tensor(a).to_global(place, bcast).to_global(sbp=split) for a in (x, y)]

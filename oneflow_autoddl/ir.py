@@ -120,12 +120,12 @@ class Graph:
                 if lbn not in self.tensors:
                     raise GraphError(f"op {op.name!r} output {obn} -> {lbn!r} has no logical shape")
             for ibn, lbn in op.inputs.items():
-                t = self.tensors.get(lbn)
-                if t is None or t.producer not in self.ops:
+                read = self.tensors.get(lbn)
+                if read is None or read.producer not in self.ops:
                     raise GraphError(
                         f"op {op.name!r} input {ibn} reads {lbn!r}, which no op produces"
                     )
-                t.consumers.append((op.name, ibn))
+                read.consumers.append((op.name, ibn))
 
     def _topological_order(self) -> List[str]:
         """Kahn's order, taking the earliest op (in the Job's order) among those ready: a Job

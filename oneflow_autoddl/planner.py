@@ -90,11 +90,11 @@ def search(
 ) -> Assignment:
     """The fastest plan within `limit` bytes per device, from `starts` (and the flat seed)."""
     check_fits(problem, limit)
-    starts = dict(starts)
+    experts = list(starts.values())
     flat = flat_seed(problem, options, executor, held) if options.flat_seed else None
     if flat is not None:
-        starts["flat"] = flat
-    best = descend_and_refine(problem, list(starts.values()), 0.0, options, executor)
+        experts.append(flat)
+    best = descend_and_refine(problem, experts, 0.0, options, executor)
     return fit_memory(problem, best, limit, options, executor)
 
 

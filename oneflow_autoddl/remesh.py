@@ -29,7 +29,7 @@ def batch_split(shape: Sequence[int], hierarchy: Sequence[int]) -> Signature:
 def remesh(graph: Graph, mesh: Sequence[int], ranks: Optional[Sequence[int]] = None) -> Graph:
     """`graph` with its main placement replaced by `mesh` (ranks 0..n-1 by default)."""
     old = graph.main_placement()
-    new = Placement(old.device, tuple(ranks or range(mesh_size(mesh))), tuple(mesh))
+    new = Placement(old.device, tuple(ranks or range(mesh_size(tuple(mesh)))), tuple(mesh))
     ops = []
     for op in graph.ops.values():
         moved = op.placement == old

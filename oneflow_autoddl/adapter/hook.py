@@ -16,12 +16,13 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import oneflow as flow
 from oneflow.nn.graph.graph_block import GraphTensor
 from oneflow.nn.graph.graph_config import GraphConfig
 
+from ..cache import PlanCache, plan_key
 from ..cost.cluster import load_cluster
 from ..cost.model import CostModel
 from ..errors import ConfigError
@@ -30,6 +31,9 @@ from ..plan import Plan, PlanMismatch
 from ..planner import STRATEGIES, describe
 from ..planner import plan as make_plan
 from ..report import summary
+from ..search.executor import SERIAL
+from ..search.options import SearchOptions
+from .ranks import RankExecutor, broadcast_from_rank0
 
 # The other adapter modules are imported where used: `import oneflow` may come from inside
 # one of them (adapter.job reads OneFlow's protobufs), and installing this hook then must
@@ -50,6 +54,7 @@ class AutoDDLConfig:
     ranks_per_node: Optional[int] = None
     memory_per_device: Optional[float] = None
     plan: Optional[Union[str, Plan]] = None
+    plan_cache: Union[bool, str] = True
 
 
 def _settings(config: GraphConfig) -> AutoDDLConfig:
@@ -91,6 +96,14 @@ def set_auto_parallel_plan(self, plan: Union[str, Plan]):
     _settings(self).plan = plan
 
 
+def set_auto_parallel_plan_cache(self, cache: Union[bool, str] = True):
+    """Reuse the plan of an identical earlier compile (True: from ONEFLOW_AUTODDL_PLAN_CACHE or
+    ~/.cache/oneflow_autoddl/plans; a path: from that directory; False: always search)."""
+    if not isinstance(cache, (bool, str)):
+        raise ConfigError(f"the plan cache is True, False or a directory, not {cache!r}")
+    _settings(self).plan_cache = cache
+
+
 def _default_cluster(device: str) -> str:
     return "cpu-local" if device == "cpu" else "dgx-a100"
 
@@ -123,59 +136,91 @@ def _hold(graph, ir, settings: AutoDDLConfig) -> Dict[str, str]:
     return hold
 
 
-def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
-    mesh = ir.main_placement()
-    if settings.plan is not None:
-        saved = settings.plan if isinstance(settings.plan, Plan) else Plan.load(settings.plan)
-        try:
-            saved.check_matches(ir, mesh.hierarchy)
-            from . import writeback
+def _saved(graph, ir, settings: AutoDDLConfig) -> Optional[Plan]:
+    """The saved plan given to the graph, if it fits the graph (else a warning, and None)."""
+    if settings.plan is None:
+        return None
+    saved = settings.plan if isinstance(settings.plan, Plan) else Plan.load(settings.plan)
+    try:
+        saved.check_matches(ir, ir.main_placement().hierarchy)
+        from . import writeback
 
-            writeback.check_signatures(ir, saved)
-            return saved
-        except PlanMismatch as e:
-            log.warning(
-                "AutoDDL: the saved plan does not match graph %s (%s); searching a new plan",
-                graph.name,
-                e,
-            )
-    cluster = settings.cluster or _default_cluster(mesh.device)
-    return make_plan(
+        writeback.check_signatures(ir, saved)
+        return saved
+    except PlanMismatch as e:
+        log.warning(
+            "AutoDDL: the saved plan does not match graph %s (%s); searching a new plan",
+            graph.name,
+            e,
+        )
+        return None
+
+
+def _cache(settings: AutoDDLConfig) -> Optional[PlanCache]:
+    if settings.plan_cache is False or settings.planner != "autoddl":
+        return None
+    return PlanCache(settings.plan_cache if isinstance(settings.plan_cache, str) else None)
+
+
+def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
+    """The saved plan, the cached plan (rank 0 decides, every rank takes its word), or a plan all
+    ranks search together; rank 0's is the plan every rank writes, and it is cached."""
+    cluster = load_cluster(settings.cluster or _default_cluster(ir.main_placement().device))
+    hold = _hold(graph, ir, settings)
+    args = (settings.memory_per_device, hold, settings.ranks_per_node, settings.planner)
+    cache = _cache(settings)
+    key = plan_key(ir, cluster, *args, SearchOptions()) if cache else ""
+
+    def ready() -> Optional[dict]:
+        found = _saved(graph, ir, settings)
+        if found is None and cache is not None:
+            found = cache.get(key)
+            if found is not None:
+                found.notes.append(f"read from the plan cache ({cache.path(key)}): no search")
+        return found.to_dict() if found is not None else None
+
+    known = _from_rank0(ready)
+    if known is not None:
+        return Plan.from_dict(known)
+    planned = make_plan(
         ir,
         cluster,
         memory_limit=settings.memory_per_device,
-        hold=_hold(graph, ir, settings),
+        hold=hold,
         ranks_per_node=settings.ranks_per_node,
         strategy=settings.planner,
+        executor=RankExecutor() if flow.env.get_world_size() > 1 else SERIAL,
     )
 
+    def shared() -> dict:
+        if cache is not None:
+            try:
+                cache.put(key, planned)
+            except OSError as e:
+                log.warning("AutoDDL: could not write the plan cache (%s)", e)
+        return planned.to_dict()
 
-def _on_rank0(fn):
-    """fn() on rank 0 only, its JSON-able result (or its error, re-raised) on every rank.
+    return Plan.from_dict(_from_rank0(shared))
 
-    Every rank must write the same plan into its Job; planning once and broadcasting
-    guarantees that, and spares the other ranks' CPUs the search.
-    """
+
+def _from_rank0(fn: Callable[[], Any]) -> Any:
+    """fn() on rank 0 only, its JSON-able result (or its error, re-raised) on every rank."""
     if flow.env.get_world_size() == 1:
         return fn()
-    payload = b""
+    payload = None
     if flow.env.get_rank() == 0:
         try:
             payload = json.dumps({"ok": fn()}).encode()
         except Exception as e:  # shipped to the other ranks, raised on all
             payload = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
-    size = flow.tensor([len(payload)], dtype=flow.int64)
-    flow.comm.broadcast(size, 0)
-    data = flow.tensor(list(payload) if payload else [0] * int(size.item()), dtype=flow.uint8)
-    flow.comm.broadcast(data, 0)
-    message = json.loads(bytes(data.numpy().tolist()).decode())
+    message = json.loads(broadcast_from_rank0(payload).decode())
     if "error" in message:
         raise PlanningFailed(message["error"])
     return message["ok"]
 
 
 class PlanningFailed(RuntimeError):
-    """Planning failed on rank 0; every rank falls back together."""
+    """Rank 0 failed where it alone decides; every rank falls back together."""
 
 
 def _fallback(graph, reason: str) -> None:
@@ -256,7 +301,7 @@ def _compile(self, *args, **kwargs):
         from .writeback import write_plan
 
         ir = read_job(job)
-        plan = Plan.from_dict(_on_rank0(lambda: _obtain_plan(self, ir, settings).to_dict()))
+        plan = _obtain_plan(self, ir, settings)
         if plan.recompute:
             job, eager_outputs = _trace(
                 self, lambda: retrace(self, plan.recompute, *args, **kwargs)
@@ -296,6 +341,7 @@ def install() -> None:
         set_auto_parallel_ranks_per_node,
         set_auto_parallel_memory_per_device,
         set_auto_parallel_plan,
+        set_auto_parallel_plan_cache,
     ):
         setattr(GraphConfig, fn.__name__, fn)
     flow.nn.Graph._compile = _compile

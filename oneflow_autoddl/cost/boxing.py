@@ -210,13 +210,12 @@ def collector_paths(costs: np.ndarray, max_middle: int) -> Dict[Tuple[int, int],
     best = costs.copy()
     lists: Dict[Tuple[int, int], List[List[int]]] = {}
     for m in range(1, max_middle + 1):
-        via = {ik: ls for ik, ls in lists.items() if len(ls[0]) == m - 1} if m > 1 else None
         reach = np.full((n, n), INF)  # cost of i -> k with exactly m - 1 middle nodes
         if m == 1:
             reach = np.where(np.isfinite(costs), costs, INF)
             np.fill_diagonal(reach, INF)
         else:
-            for i, k in via:
+            for i, k in [ik for ik, ls in lists.items() if len(ls[0]) == m - 1]:
                 reach[i, k] = best[i, k]
         direct_kj = np.where(np.isfinite(costs), costs, INF)
         np.fill_diagonal(direct_kj, INF)
@@ -323,7 +322,8 @@ class TransitionTable:
         ]
         self.index = {st: i for i, st in enumerate(self.states)}
         self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
-        self._custom = None
+        self._custom: Optional[Dict[Tuple[int, int], List[List[int]]]] = None
+        self._hops: Dict[Tuple[NdSbp, NdSbp], Optional[Transfer]] = {}
 
     def _direct(self, src: NdSbp, dst: NdSbp) -> bool:
         return oneflow_lazy_cost(src, dst, self.hierarchy, self.shape, 1.0) < INF
@@ -364,6 +364,7 @@ class TransitionTable:
                 ]
             )
             self._custom = collector_paths(costs, 5)
+        assert self._custom is not None
         return [
             [self.states[k] for k in ls]
             for ls in self._custom.get((self.index[src], self.index[dst]), [])
@@ -382,15 +383,26 @@ class TransitionTable:
                 self._paths[key] = self._route(src, dst)
         return self._paths[key]
 
+    def _hop(self, a: NdSbp, b: NdSbp) -> Optional[Transfer]:
+        """One direct move (None where the backend has no builder for it); paths share hops."""
+        key = (a, b)
+        if key not in self._hops:
+            if self.cpu_builders and not cpu_hop_supported(a, b, self.hierarchy, self.shape):
+                self._hops[key] = None
+            else:
+                self._hops[key] = _direct_cost(
+                    a, b, self.shape, self.nbytes, self.axes, self.axis_cost
+                )
+        return self._hops[key]
+
     def cost(self, src: NdSbp, dst: NdSbp) -> Optional[Transfer]:
         path = self.path(src, dst)
         if path is None:
             return None
-        if self.cpu_builders and not all(
-            cpu_hop_supported(a, b, self.hierarchy, self.shape) for a, b in zip(path, path[1:])
-        ):
-            return None
         total = FREE
         for a, b in zip(path, path[1:]):
-            total = total + _direct_cost(a, b, self.shape, self.nbytes, self.axes, self.axis_cost)
+            hop = self._hop(a, b)
+            if hop is None:
+                return None
+            total = total + hop
         return total

@@ -10,7 +10,7 @@ presets/*.json for the schema by example, with the figures' sources.
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -74,9 +74,8 @@ class Cluster:
     intra: Link
     inter: Link
     source: str
-    kernel_bandwidth: Mapping[str, float] = (
-        None  # KERNEL_KINDS -> bytes/s; absent: memory_bandwidth
-    )
+    # KERNEL_KINDS -> bytes/s; a kind not given runs at memory_bandwidth
+    kernel_bandwidth: Mapping[str, float] = field(default_factory=dict)
     op_overhead: float = 0.0  # seconds every op costs, whatever its size (scheduling, launch)
     comm_overlap: float = (
         0.0  # fraction of a boxing's time the device computes through (cost.schedule)
@@ -104,7 +103,7 @@ class Cluster:
         return self.flops.get(dtype) or self.flops["float32"]
 
     def bandwidth_for(self, kind: Optional[str]) -> float:
-        return (self.kernel_bandwidth or {}).get(kind) or self.memory_bandwidth
+        return (kind and self.kernel_bandwidth.get(kind)) or self.memory_bandwidth
 
     def to_json(self) -> Dict[str, Any]:
         return {

@@ -241,7 +241,7 @@ def timeline(
     steps = step_order(graph, order)
     spans = Spans(graph, steps, model.cluster.reuses_memory)
     mesh = graph.main_placement()
-    names = sorted(steps, key=steps.get)
+    names = sorted(steps, key=steps.__getitem__)
     signatures = {name: signature_of(name) for name in names}
     line = Timeline(len(names), names)
     for name in names:

@@ -54,8 +54,7 @@ class Evaluator:
         self._cache: Dict[str, int] = {}
 
     def dim(self, text: str) -> int:
-        v = self._cache.get(text)
-        if v is None:
+        if text not in self._cache:
             const, powers = parse(text)
             v = const
             for name, e in powers:
@@ -63,7 +62,7 @@ class Evaluator:
                     raise SymbolError(f"dimension {text!r} needs the size {name!r}")
                 v *= self.sizes[name] ** e
             self._cache[text] = v
-        return v
+        return self._cache[text]
 
     def shape(self, dims: Sequence[str]) -> Tuple[int, ...]:
         return tuple(self.dim(d) for d in dims)

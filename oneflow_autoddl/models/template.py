@@ -80,7 +80,7 @@ class Template:
         self.blocks: int = data.get("blocks", 0)
         # layout: a position in `ops`, or a sweep: (ascending?, template block -> its positions)
         self.layout: List[Any] = []
-        sweeps: Dict[int, Dict[int, List[int]]] = {}
+        sweeps: Dict[Optional[int], Dict[int, List[int]]] = {}  # block ops all have a sweep
         per_block: Dict[int, int] = {}
         for pos, op in enumerate(self.ops):
             if op.block is None:
@@ -154,7 +154,7 @@ class Template:
                 if p.block is None:
                     producer = outer[ppos]
                 elif i is None:  # a plain op reads the first or the last block
-                    producer = by_block[0 if p.block == 0 else layers - 1][p.slot]
+                    producer = by_block[0 if p.block == 0 else len(by_block) - 1][p.slot]
                 else:
                     producer = by_block[i + offset][p.slot]
                 inputs[ibn] = f"{producer}/{obn}"

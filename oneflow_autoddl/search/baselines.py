@@ -52,11 +52,11 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
         score = problem.compute[v][allowed].copy()
         for fid in problem.factors_of[v]:
             f = problem.factors[fid]
-            c = condition(
-                f.vars, f.table, {u for u in f.vars if u == v or u not in assigned}, assigned
-            )
-            others = tuple(i for i, u in enumerate(c.vars) if u != v)
-            score = score + (c.table.min(axis=others) if others else c.table)[allowed]
+            free = {u for u in f.vars if u == v or u not in assigned}
+            local = condition(f.vars, f.table, free, assigned)
+            assert local is not None  # v itself stays free
+            others = tuple(i for i, u in enumerate(local.vars) if u != v)
+            score = score + (local.table.min(axis=others) if others else local.table)[allowed]
         kept = np.zeros(len(allowed))
         for mine, pv, theirs in inputs.get(v, []):
             if pv in assigned:
@@ -162,7 +162,7 @@ def megatron_roles(problem: Problem) -> Dict[str, str]:
             continue
         roles[weight] = (
             "row"
-            if any(roles.get(_weight_of(problem, graph.op(u))) == "column" for u in ups)
+            if any(roles.get(_weight_of(problem, graph.op(u)) or "") == "column" for u in ups)
             else "column"
         )
         nearest[op.name] = {op.name}
@@ -209,8 +209,9 @@ def _column_axes(problem: Problem, var: str):
     readers = [c for c, _ in graph.consumers(graph.op(var), "out")]
     readers += [r for c in readers if c.type == "cast" for r, _ in graph.consumers(c, "out_0")]
     for consumer in readers:
-        if _weight_of(problem, consumer) == var:
-            contracted, columns = contraction_of(graph, consumer).b_axes
+        c = contraction_of(graph, consumer)
+        if _weight_of(problem, consumer) == var and c is not None and c.b_axes is not None:
+            contracted, columns = c.b_axes
             return columns, contracted
     return (0, 1)
 
@@ -245,7 +246,7 @@ def native(problem: Problem) -> Optional[List[int]]:
     ops = problem.graph.ops.values()
     if any(op.native is None for op in ops if op.role != "io"):
         return None
-    return problem.assignment_of({op.name: op.native for op in ops})
+    return problem.assignment_of({op.name: op.native for op in ops if op.native is not None})
 
 
 BASELINES = {"data_parallel": data_parallel, "megatron": megatron, "zero": zero}

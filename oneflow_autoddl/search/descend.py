@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 Assignment = List[int]
 _GROUPS: "weakref.WeakKeyDictionary[Problem, List[List[int]]]" = weakref.WeakKeyDictionary()
 _MEMOS: "weakref.WeakKeyDictionary[Problem, Dict[tuple, dict]]" = weakref.WeakKeyDictionary()
+_PROGRAMS: "weakref.WeakKeyDictionary[Problem, dict]" = weakref.WeakKeyDictionary()
 
 
 def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> List[Weights]:
@@ -39,40 +40,58 @@ def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> Lis
     return [SERIAL, Weights(latency=0.0), Weights(moving=2.0, latency=0.0)]
 
 
-def descent(problem: Problem, memory_weight: float, weights: Weights) -> Descent:
+def descent(
+    problem: Problem, memory_weight: float, weights: Weights, options: SearchOptions
+) -> Descent:
     """A Descent of `problem` under `weights`, its groups found once per problem (they depend on
     its structure only, not on the prices)."""
     groups = _GROUPS.get(problem)
     memo = _MEMOS.setdefault(problem, {}).setdefault((memory_weight, weights), {})
-    d = Descent(problem, memory_weight=memory_weight, groups=groups, weights=weights, memo=memo)
+    programs = _PROGRAMS.setdefault(problem, {})
+    d = Descent(
+        problem,
+        memory_weight,
+        groups,
+        weights,
+        memo=memo,
+        programs=programs,
+        max_group_vars=options.max_group_vars,
+        max_table_entries=options.max_table_entries,
+    )
     if groups is None:
         _GROUPS[problem] = d.groups
     return d
 
 
+def sweep(
+    problem: Problem, start: Assignment, memory_weight: float, options: SearchOptions
+) -> Assignment:
+    """`start` after one sweep of the groups of at most `options.seed_sweep_group` variables,
+    under the first objective."""
+    first = objectives(problem.model.cluster, options)[0]
+    d = descent(problem, memory_weight, first, options)
+    return d.run(start, max_sweeps=1, max_group=options.seed_sweep_group)
+
+
 def descend(
     problem: Problem,
-    starts: Sequence[Assignment],
+    swept: Sequence[Assignment],
     memory_weight: float,
     options: SearchOptions,
     executor: Executor,
 ) -> List[Assignment]:
-    """Every start after one sweep of the groups of at most `options.seed_sweep_group`
-    variables (under the serial objective), and then, for each objective in turn, the
-    `finalists` it ranks best among all found so far after descending to convergence."""
-    found: List[Assignment] = []
+    """The starts after their sweep (`sweep`), and the `finalists` each objective ranks best
+    among them after descending to convergence under it; the descents are independent tasks."""
+    tasks = []
     for weights in objectives(problem.model.cluster, options):
-        d = descent(problem, memory_weight, weights)
-        if not found:
-            sweep = partial(d.run, max_sweeps=1, max_group=options.seed_sweep_group)
-            found = executor.map(sweep, starts)
-        ranked = sorted(found, key=lambda x: problem.objective(x, memory_weight, weights))
+        ranked = sorted(swept, key=lambda x: problem.objective(x, memory_weight, weights))
         k = options.finalists if weights == SERIAL else options.finalists_other
-        found = found + executor.map(d.run, ranked[:k])
-        log.debug(
-            "descents under %s from %d starts: objective %.6g",
-            weights,
-            k,
-            min(problem.objective(x, memory_weight, weights) for x in found[-k:]),
-        )
-    return found
+        tasks += [(weights, x) for x in ranked[:k]]
+    found = executor.map(partial(_converge, problem, memory_weight, options), tasks)
+    log.debug("%d descents to convergence from %d swept starts", len(tasks), len(swept))
+    return list(swept) + found
+
+
+def _converge(problem: Problem, memory_weight: float, options: SearchOptions, task) -> Assignment:
+    weights, x = task
+    return descent(problem, memory_weight, weights, options).run(x)

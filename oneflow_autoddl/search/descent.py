@@ -11,17 +11,18 @@ keeps the result only if it lowers the objective; sweeps repeat until none does.
 import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from .eliminate import MAX_ENTRIES, Factor, condition, elimination_width, solve
+from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
 from .problem import SERIAL, Problem, Weights
 
 log = logging.getLogger(__name__)
 
 REL_TOL = 1e-12
-WHOLE_GRAPH_VARS = 400  # above this the whole graph is never one coordinate
+MAX_GROUP_VARS = 400  # search.options.SearchOptions.max_group_vars
 
 
-def scope_groups(problem: Problem) -> List[List[int]]:
-    """Variables by module scope, deepest scopes first, then the whole problem."""
+def scope_groups(problem: Problem, max_vars: int = MAX_GROUP_VARS) -> List[List[int]]:
+    """Variables by module scope, deepest scopes first, then the whole problem: each of at most
+    `max_vars` variables (a larger scope is left to its sub-scopes and the neighbourhoods)."""
     by_prefix: Dict[str, set] = {}
     for v, members in enumerate(problem.var_units):
         if not problem.is_free(v):
@@ -34,11 +35,11 @@ def scope_groups(problem: Problem) -> List[List[int]]:
     groups, seen = [], set()
     for prefix in ordered:
         g = tuple(sorted(by_prefix[prefix]))
-        if g not in seen:
+        if g not in seen and len(g) <= max_vars:
             seen.add(g)
             groups.append(list(g))
     everything = [v for v in range(len(problem.var_units)) if problem.is_free(v)]
-    if tuple(everything) not in seen and len(everything) <= WHOLE_GRAPH_VARS:
+    if tuple(everything) not in seen and len(everything) <= max_vars:
         groups.append(everything)
     return groups
 
@@ -65,16 +66,21 @@ class Descent:
         groups: Optional[List[List[int]]] = None,
         weights: Weights = SERIAL,
         memo: Optional[Dict[tuple, object]] = None,
+        programs: Optional[Dict[Tuple[int, ...], Program]] = None,
+        max_group_vars: int = MAX_GROUP_VARS,
+        max_table_entries: int = MAX_ENTRIES,
     ):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
         only, not on the memory price or the weights), so that they are not found again. `memo`:
-        the group optima of earlier Descents with the same problem, price and weights."""
+        the group optima of earlier Descents with the same problem, price and weights; `programs`:
+        their groups' elimination programs (which depend on the problem's structure only)."""
         self.problem = problem
         self.unary = problem.unary(memory_weight)
         self.tables = problem.tables(weights)
         self.memory_weight = memory_weight
+        self.max_table_entries = max_table_entries
         if groups is None:
-            scoped = [g for g in scope_groups(problem) if self._solvable(g)]
+            scoped = [g for g in scope_groups(problem, max_group_vars) if self._solvable(g)]
             covered = [set(g) for g in scoped]
             extra = [
                 g
@@ -86,9 +92,11 @@ class Descent:
         self.steps = 0
         self.memo: Dict[tuple, object] = {} if memo is None else memo
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
+        self._programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
 
     def _solvable(self, group: Sequence[int]) -> bool:
-        """Whether eliminating the group stays under MAX_ENTRIES (structure only, no tables)."""
+        """Whether eliminating the group keeps every table within `max_table_entries` (structure
+        only, no tables)."""
         p, members = self.problem, set(group)
         scopes = {
             tuple(v for v in p.factors[f].vars if v in members)
@@ -96,7 +104,9 @@ class Descent:
             for f in p.factors_of[v]
         }
         domain = {v: int(p.domain[v]) for v in group}
-        return elimination_width(group, domain, [s for s in scopes if s]) <= MAX_ENTRIES
+        scoped = [s for s in scopes if s]
+        limit = self.max_table_entries
+        return elimination_width(group, domain, scoped, limit) <= limit
 
     def _local(self, free: Sequence[int], x: Sequence[int]) -> Tuple[List[Factor], float]:
         p, free_set = self.problem, set(free)
@@ -134,12 +144,13 @@ class Descent:
         if key in self.memo:
             return self.memo[key], self._current(group, x)
         factors, current = self._local(group, x)
-        result = solve(
-            group,
-            {v: int(self.problem.domain[v]) for v in group},
-            {v: self.unary[v] for v in group},
-            factors,
-        )
+        program = self._programs.get(key[0])
+        if program is None:
+            domain = {v: int(self.problem.domain[v]) for v in group}
+            scopes = [f.vars for f in factors]
+            program = Program(group, domain, scopes, self.max_table_entries)
+            self._programs[key[0]] = program
+        result = program.run([self.unary[v] for v in group] + [f.table for f in factors])
         self.memo[key] = result
         return result, current
 

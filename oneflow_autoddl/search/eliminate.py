@@ -3,14 +3,17 @@
 Each coordinate-descent step hands this a group of variables; factors touching the group
 are conditioned on the fixed variables, then the group's variables are eliminated one at
 a time (smallest resulting table first), keeping argmin tables to read the optimum back.
-It returns None instead of building a table over MAX_ENTRIES, so callers can skip the group.
+It returns None instead of building a table over a limit (MAX_ENTRIES by default), so callers
+can skip the group.
 """
 
+import heapq
+import math
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-MAX_ENTRIES = 1 << 22
+MAX_ENTRIES = 1 << 20  # search.options.SearchOptions.max_table_entries
 
 
 class Factor:
@@ -29,109 +32,160 @@ def condition(vars_: Sequence[int], table: np.ndarray, free: Set[int], x) -> Opt
     return Factor(kept, table[index])
 
 
-def _combine(factors: List[Factor], domain: Dict[int, int]) -> Tuple[Tuple[int, ...], np.ndarray]:
-    vars_ = tuple(sorted({v for f in factors for v in f.vars}))
-    axis = {v: i for i, v in enumerate(vars_)}
-    total = None
-    for f in sorted(factors, key=lambda f: -f.table.size):
-        order = sorted(range(len(f.vars)), key=lambda i: axis[f.vars[i]])
-        view = [1] * len(vars_)
-        for i in order:
-            view[axis[f.vars[i]]] = f.table.shape[i]
-        t = (
-            np.transpose(f.table, order).reshape(view)
-            if order != list(range(len(order)))
-            else f.table.reshape(view)
-        )
-        total = t if total is None else total + t
-    return vars_, np.broadcast_to(total, tuple(domain[v] for v in vars_))
+class _Order:
+    """The order variables are eliminated in: always the one whose table (it and its neighbours)
+    is smallest, ties to the smallest variable. Neighbours are kept per variable and joined as
+    eliminations join them, sizes in a heap: a step costs its neighbourhood, not a scan of
+    every variable left."""
+
+    def __init__(self, free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]):
+        self.domain = domain
+        self.near: Dict[int, Set[int]] = {v: {v} for v in free}
+        for scope in scopes:
+            for v in scope:
+                self.near[v].update(scope)
+        self.size = {v: self._size(v) for v in free}
+        self.heap = [(size, v) for v, size in self.size.items()]
+        heapq.heapify(self.heap)
+
+    def _size(self, v: int) -> int:
+        return math.prod(self.domain[u] for u in self.near[v])
+
+    def next(self) -> Tuple[int, int]:
+        """(the variable to eliminate next, the size of its table)."""
+        while True:
+            size, v = heapq.heappop(self.heap)
+            if self.size.get(v) == size:
+                return v, size
+
+    def eliminate(self, v: int) -> Tuple[int, ...]:
+        """Take v out; its neighbours (sorted), which the table left behind joins."""
+        rest = self.near.pop(v) - {v}
+        del self.size[v]
+        for u in rest:
+            self.near[u] |= rest
+            self.near[u].discard(v)
+            self.size[u] = self._size(u)
+            heapq.heappush(self.heap, (self.size[u], u))
+        return tuple(sorted(rest))
 
 
 def elimination_width(
-    free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]
+    free: Sequence[int],
+    domain: Dict[int, int],
+    scopes: List[Tuple[int, ...]],
+    limit: int = MAX_ENTRIES,
 ) -> int:
     """Largest table `solve` would build for factors over `scopes` (free variables only), without
-    building it."""
-    pool: Dict[int, Set[int]] = {
-        i: set(s) for i, s in enumerate([(v,) for v in free] + list(scopes))
-    }
-    touch: Dict[int, Set[int]] = {v: set() for v in free}
-    for fid, s in pool.items():
-        for v in s:
-            touch[v].add(fid)
-    widest, next_id = 0, len(pool)
-    remaining = set(free)
-    while remaining:
-        best, best_size, best_scope = -1, 0, set()
-        for v in sorted(remaining):
-            scope = {u for fid in touch[v] for u in pool[fid]}
-            size = 1
-            for u in scope:
-                size *= domain[u]
-            if best < 0 or size < best_size:
-                best, best_size, best_scope = v, size, scope
-        widest = max(widest, best_size)
-        if widest > MAX_ENTRIES:
-            return widest
-        fids = touch.pop(best)
-        for fid in fids:
-            for u in pool.pop(fid):
-                if u != best:
-                    touch[u] -= fids
-        rest = best_scope - {best}
-        if rest:
-            pool[next_id] = rest
-            for u in rest:
-                touch[u].add(next_id)
-            next_id += 1
-        remaining.discard(best)
+    building it (it stops counting past `limit`)."""
+    order, widest = _Order(free, domain, scopes), 0
+    for _ in range(len(free)):
+        v, size = order.next()
+        widest = max(widest, size)
+        if widest > limit:
+            break
+        order.eliminate(v)
     return widest
 
 
+class Program:
+    """The elimination of a fixed set of free variables from factors over fixed scopes, planned
+    once: which tables each step adds (transposed and shaped how) and which variable it
+    minimises out. Descent re-solves a group many times with the same structure and other
+    numbers; running the plan costs only the numpy work. The order and the sums are those of
+    `solve`'s own loop, so the result is the same to the last bit."""
+
+    def __init__(
+        self,
+        free: Sequence[int],
+        domain: Dict[int, int],
+        scopes: List[Tuple[int, ...]],
+        limit: int = MAX_ENTRIES,
+    ):
+        shapes: Dict[int, Tuple[int, ...]] = {}
+        scope_of: Dict[int, Tuple[int, ...]] = {}
+        for fid, vars_ in enumerate([(v,) for v in free] + list(scopes)):
+            scope_of[fid] = vars_
+            shapes[fid] = tuple(domain[v] for v in vars_)
+        touch: Dict[int, Set[int]] = {v: set() for v in free}
+        for fid, vars_ in scope_of.items():
+            for v in vars_:
+                touch[v].add(fid)
+        next_id = len(scope_of)
+        # per step: (added slots with their transposition and view, full shape, axis, slot out)
+        self.steps: List[tuple] = []
+        self.trace: List[Tuple[int, Tuple[int, ...]]] = []
+        self.feasible = True
+        sequence = _Order(free, domain, list(scopes))
+        for _ in range(len(free)):
+            best, best_size = sequence.next()
+            if best_size > limit:
+                self.feasible = False
+                return
+            fids = touch.pop(best)
+            touching = [(fid, scope_of.pop(fid), shapes.pop(fid)) for fid in fids]
+            for _, vars_, _ in touching:
+                for u in vars_:
+                    if u != best:
+                        touch[u] -= fids
+            vars_ = tuple(sorted({v for _, scope, _ in touching for v in scope}))
+            axis = {v: i for i, v in enumerate(vars_)}
+            adds = []
+            for fid, scope, shape in sorted(touching, key=lambda t: -math.prod(t[2])):
+                order = sorted(range(len(scope)), key=lambda i: axis[scope[i]])
+                view = [1] * len(vars_)
+                for i in order:
+                    view[axis[scope[i]]] = shape[i]
+                adds.append((fid, None if order == list(range(len(order))) else order, tuple(view)))
+            ax = vars_.index(best)
+            rest = vars_[:ax] + vars_[ax + 1 :]
+            out = -1
+            if rest:
+                out = next_id
+                scope_of[out], shapes[out] = rest, tuple(domain[v] for v in rest)
+                for u in rest:
+                    touch[u].add(out)
+                next_id += 1
+            self.steps.append((adds, tuple(domain[v] for v in vars_), ax, out))
+            self.trace.append((best, rest))
+            sequence.eliminate(best)
+
+    def run(self, tables: List[np.ndarray]) -> Optional[Tuple[Dict[int, int], float]]:
+        """Minimise the sum of `tables` (the unary tables of the free variables in order, then
+        the factors' over their scopes); None where a table would exceed the limit."""
+        if not self.feasible:
+            return None
+        slots: Dict[int, np.ndarray] = dict(enumerate(tables))
+        constant = 0.0
+        kept = []
+        for adds, full, ax, out in self.steps:
+            parts = []
+            for fid, order, view in adds:
+                t = slots.pop(fid)
+                parts.append((np.transpose(t, order) if order is not None else t).reshape(view))
+            total = parts[0]
+            for t in parts[1:]:
+                total = total + t
+            table = np.broadcast_to(total, full)
+            kept.append(np.moveaxis(table, ax, -1))  # argmin only where read back
+            reduced = np.min(table, axis=ax)
+            if out >= 0:
+                slots[out] = reduced
+            else:
+                constant += float(reduced)
+        choice: Dict[int, int] = {}
+        for (v, rest), table in zip(reversed(self.trace), reversed(kept)):
+            choice[v] = int(np.argmin(table[tuple(choice[u] for u in rest)]))
+        return choice, constant
+
+
 def solve(
-    free: Sequence[int], domain: Dict[int, int], unary: Dict[int, np.ndarray], factors: List[Factor]
+    free: Sequence[int],
+    domain: Dict[int, int],
+    unary: Dict[int, np.ndarray],
+    factors: List[Factor],
 ) -> Optional[Tuple[Dict[int, int], float]]:
     """Minimise sum(unary) + sum(factors) over the free variables. None if a table would be too
     large."""
-    pool: Dict[int, Factor] = dict(enumerate([Factor((v,), unary[v]) for v in free] + factors))
-    touch: Dict[int, Set[int]] = {v: set() for v in free}
-    for fid, f in pool.items():
-        for v in f.vars:
-            touch[v].add(fid)
-    next_id = len(pool)
-    constant = 0.0
-    trace: List[Tuple[int, Tuple[int, ...], np.ndarray]] = []
-    remaining = set(free)
-    while remaining:
-        best, best_size = -1, 0
-        for v in sorted(remaining):
-            size = 1
-            for u in {u for fid in touch[v] for u in pool[fid].vars}:
-                size *= domain[u]
-            if best < 0 or size < best_size:
-                best, best_size = v, size
-        if best_size > MAX_ENTRIES:
-            return None
-        fids = touch.pop(best)
-        touching = [pool.pop(fid) for fid in fids]
-        for f in touching:
-            for u in f.vars:
-                if u != best:
-                    touch[u] -= fids
-        vars_, table = _combine(touching, domain)
-        ax = vars_.index(best)
-        rest = vars_[:ax] + vars_[ax + 1 :]
-        trace.append((best, rest, np.moveaxis(table, ax, -1)))  # argmin only where read back
-        reduced = np.min(table, axis=ax)
-        if rest:
-            pool[next_id] = Factor(rest, reduced)
-            for u in rest:
-                touch[u].add(next_id)
-            next_id += 1
-        else:
-            constant += float(reduced)
-        remaining.discard(best)
-    choice: Dict[int, int] = {}
-    for v, rest, table in reversed(trace):
-        choice[v] = int(np.argmin(table[tuple(choice[u] for u in rest)]))
-    return choice, constant
+    program = Program(free, domain, [f.vars for f in factors])
+    return program.run([unary[v] for v in free] + [f.table for f in factors])

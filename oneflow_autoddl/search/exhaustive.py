@@ -98,4 +98,5 @@ def solve_exhaustive(
         x[v] = 0
 
     descend(0, 0.0)
+    assert best[0] is not None  # replicated, everything broadcast, is always a plan
     return best_x, constant + best[0]

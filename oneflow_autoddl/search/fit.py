@@ -6,13 +6,14 @@ still fits, since a dearer price gives up more step time than the limit asks for
 """
 
 import logging
+from functools import partial
 from typing import List
 
 import numpy as np
 
 from ..errors import PlanningError
 from ..mesh import format_mesh
-from .descend import descend
+from .descend import descend, sweep
 from .executor import Executor
 from .memory import lean_memory_report
 from .options import SearchOptions
@@ -48,7 +49,10 @@ def descend_and_refine(
     executor: Executor,
 ) -> Assignment:
     """The search's descend and refine steps at one price of memory."""
-    found = descend(problem, starts, memory_weight, options, executor)
+    swept = executor.map(
+        partial(sweep, problem, memory_weight=memory_weight, options=options), starts
+    )
+    found = descend(problem, swept, memory_weight, options, executor)
     return refine(problem, found, starts, memory_weight, options, executor)
 
 

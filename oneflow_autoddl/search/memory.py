@@ -138,7 +138,7 @@ def _boxing_table(
     vocab: Dict[tuple, int] = {}
     src = _sbp_ids(problem, p, vocab)
     dsts = [_sbp_ids(problem, c, vocab) for c in consumers]
-    sbps = sorted(vocab, key=vocab.get)
+    sbps = sorted(vocab, key=vocab.__getitem__)
     model = problem.model
     blobs = np.array(
         [
@@ -168,9 +168,9 @@ def _boxing_table(
     s = grid(p, src)
     d = [grid(c, ids) for c, ids in zip(consumers, dsts)]
     table = np.zeros(shape)
-    boxed = np.zeros(shape, dtype=bool)
+    boxed: np.ndarray = np.zeros(shape, dtype=bool)
     for i, di in enumerate(d):
-        first = np.ones(np.broadcast_shapes(s.shape, di.shape), dtype=bool)
+        first: np.ndarray = np.ones(np.broadcast_shapes(s.shape, di.shape), dtype=bool)
         for dj in d[:i]:
             first = first & (di != dj)
         twice = sum((di == dj).astype(int) for dj in d) >= 2

@@ -31,8 +31,17 @@ class SearchOptions:
     # What the descents minimise (search.problem.Weights: the price of a second of a boxing's
     # moving bytes and of its latency); None: by the cluster's backend (search.descend.objectives).
     objectives: Optional[Tuple[Weights, ...]] = None
-    # Largest group (variables) the first sweep from every seed re-solves; the finalists'
-    # descents to convergence solve every group.
+    # Largest group (variables) a descent step re-solves: a module scope with more is left to its
+    # sub-scopes and to each variable's neighbourhood (a group's table work grows with its size;
+    # on the zoo's Swin a scope of ~950 variables took half the planning time).
+    max_group_vars: int = 400
+    # Largest table (entries) eliminating a group may build; a group that needs a larger one is
+    # left to the others (on the examples' GPT and VGG on 2, 4 and 2 x 2 CPU ranks and two of
+    # plan_quality's rows, 2^22 found the same plans in more time, 2^19 a VGG plan on 2 x 2
+    # moving 2% more bytes).
+    max_table_entries: int = 1 << 20
+    # Largest group the first sweep from every seed re-solves; the finalists' descents to
+    # convergence solve every group.
     seed_sweep_group: int = 32
     # Starts that descend to convergence under the serial objective (compute plus every
     # boxing), and under each other objective (search.descend.objectives), ranked by it.

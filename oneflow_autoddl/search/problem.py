@@ -111,6 +111,7 @@ class Problem:
         }
         self._sbp_vocab: Dict[NdSbp, int] = {}
         self._sbp_ids: Dict[tuple, np.ndarray] = {}
+        self._boxing: Dict[tuple, Tuple[np.ndarray, np.ndarray]] = {}
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
@@ -137,6 +138,8 @@ class Problem:
                 self._tensors_of[v].append(i)
         self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
+        self._priced: Dict[float, List[np.ndarray]] = {}
+        self._gathers: Dict[tuple, Gather] = {}
         self._bytes_memo: Dict[tuple, np.ndarray] = {}
 
     # -- variables ---------------------------------------------------------------------------
@@ -268,10 +271,8 @@ class Problem:
         vocab: Dict[NdSbp, int] = {}
         src = self._ids(p, vocab)
         dsts = [self._ids(c, vocab) for c in ends.consumers]
-        sbps = sorted(vocab, key=vocab.get)
-        transfers = [[self.model.transfer(a, b, t.shape, t.dtype) for b in sbps] for a in sbps]
-        box = np.array([[tr.time for tr in row] for row in transfers])
-        box_latency = np.array([[tr.latency for tr in row] for row in transfers])
+        sbps = tuple(sorted(vocab, key=lambda nd: vocab[nd]))
+        box, box_latency = self._boxing_tables(sbps, t.shape, t.dtype)
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
         no_latency = np.zeros_like(
             strict
@@ -319,6 +320,20 @@ class Problem:
             )
         return out
 
+    def _boxing_tables(
+        self, sbps: Tuple[NdSbp, ...], shape: Tuple[int, ...], dtype: str
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """(time, latency) of boxing between every two of `sbps`, for tensors of one shape and
+        dtype (tensors alike in shape and in the SBPs their ends take share them)."""
+        key = (sbps, shape, dtype)
+        if key not in self._boxing:
+            transfers = [[self.model.transfer(a, b, shape, dtype) for b in sbps] for a in sbps]
+            self._boxing[key] = (
+                np.array([[tr.time for tr in row] for row in transfers]),
+                np.array([[tr.latency for tr in row] for row in transfers]),
+            )
+        return self._boxing[key]
+
     def _chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
         """Consumers in runs whose joint table with the producer stays under MAX_FACTOR_ENTRIES;
         those of one variable, and those with few candidates, first, so that runs hold many."""
@@ -342,7 +357,16 @@ class Problem:
     def unary(self, memory_weight: float = 0.0) -> List[np.ndarray]:
         if memory_weight == 0.0:
             return self.compute
-        return [c + memory_weight * m for c, m in zip(self.compute, self.memory)]
+        if memory_weight not in self._priced:
+            self._priced[memory_weight] = [
+                c + memory_weight * m for c, m in zip(self.compute, self.memory)
+            ]
+        return self._priced[memory_weight]
+
+    def _gather(self, key: tuple, make) -> "Gather":
+        if key not in self._gathers:
+            self._gathers[key] = make()
+        return self._gathers[key]
 
     def tables(self, weights: Weights = SERIAL) -> List[Factor]:
         """The factors as `weights` price them (aligned with self.factors: same variables).
@@ -364,10 +388,15 @@ class Problem:
     def objective(
         self, x: Sequence[int], memory_weight: float = 0.0, weights: Weights = SERIAL
     ) -> float:
-        total = sum(float(u[x[v]]) for v, u in enumerate(self.unary(memory_weight)))
-        return total + sum(
-            float(f.table[tuple(x[v] for v in f.vars)]) for f in self.tables(weights)
+        """Compute (plus the price of memory) and every factor's boxing, at x."""
+        unary = self._gather(
+            ("unary", memory_weight), lambda: Gather.of_unary(self.unary(memory_weight))
         )
+        factors = self._gather(
+            ("factors", weights), lambda: Gather.of_factors(self.tables(weights))
+        )
+        xa: np.ndarray = np.asarray(x, dtype=np.int64)
+        return unary.total(xa) + factors.total(xa)
 
     def change(
         self,
@@ -407,10 +436,14 @@ class Problem:
         return delta
 
     def compute_of(self, x: Sequence[int]) -> float:
-        return float(sum(c[x[v]] for v, c in enumerate(self.compute)))
+        return self._gather(("unary", 0.0), lambda: Gather.of_unary(self.compute)).total(
+            np.asarray(x, dtype=np.int64)
+        )
 
     def memory_of(self, x: Sequence[int]) -> float:
-        return float(sum(m[x[v]] for v, m in enumerate(self.memory)))
+        return self._gather(("memory",), lambda: Gather.of_unary(self.memory)).total(
+            np.asarray(x, dtype=np.int64)
+        )
 
     def min_memory(self) -> float:
         """The least memory per device any assignment needs."""
@@ -502,8 +535,8 @@ class Problem:
             return offsets[key]
 
         consumers = [(i, c) for i, ends in enumerate(self.ends) for c in ends.consumers]
-        p_start = np.array([start(ends.producer) for ends in self.ends], dtype=int)
-        c_start = np.array([start(c) for _, c in consumers], dtype=int)
+        p_start: np.ndarray = np.array([start(ends.producer) for ends in self.ends], dtype=int)
+        c_start: np.ndarray = np.array([start(c) for _, c in consumers], dtype=int)
         return (
             np.concatenate(tables) if tables else np.zeros(0, int),
             p_start,
@@ -518,7 +551,7 @@ class Problem:
         """Indices into self.ends of the tensors some consumer reads in another SBP, or on another
         placement."""
         ids, p_start, p_var, c_start, c_var, c_tensor, remote = self._ends_index
-        xa = np.asarray(x, dtype=int)
+        xa: np.ndarray = np.asarray(x, dtype=int)
         src = ids[p_start + xa[p_var]]
         differs = remote.copy()
         differs[c_tensor[ids[c_start + xa[c_var]] != src[c_tensor]]] = True
@@ -563,6 +596,34 @@ class Problem:
         return x
 
 
+class Gather:
+    """One entry from each of many tables at an assignment, summed: the tables raveled end to
+    end, each entry found by its variables' values times its strides, in one numpy gather."""
+
+    def __init__(self, scopes: Sequence[Tuple[int, ...]], tables: Sequence[np.ndarray]):
+        arity = max((len(s) for s in scopes), default=0)
+        self.flat = np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(0)
+        sizes = [t.size for t in tables]
+        self.base: np.ndarray = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        self.vars: np.ndarray = np.full((len(scopes), arity), -1, dtype=np.int64)  # -1 reads 0
+        self.strides: np.ndarray = np.zeros((len(scopes), arity), dtype=np.int64)
+        for i, (scope, t) in enumerate(zip(scopes, tables)):
+            self.vars[i, : len(scope)] = scope
+            self.strides[i, : len(scope)] = [s // t.itemsize for s in t.strides]
+
+    @classmethod
+    def of_unary(cls, tables: Sequence[np.ndarray]) -> "Gather":
+        return cls([(v,) for v in range(len(tables))], tables)
+
+    @classmethod
+    def of_factors(cls, factors: Sequence[Factor]) -> "Gather":
+        return cls([f.vars for f in factors], [np.ascontiguousarray(f.table) for f in factors])
+
+    def total(self, x: np.ndarray) -> float:
+        values = np.append(x, 0)[self.vars]
+        return float(self.flat[self.base + (values * self.strides).sum(axis=1)].sum())
+
+
 def _dedup_table(
     vars_: Tuple[int, ...],
     domain: np.ndarray,
@@ -586,7 +647,7 @@ def _dedup_table(
     table = np.zeros(shape)
     for c, ids, box in zip(consumers, dsts, boxes):
         d = grid(c, ids)
-        new = np.ones(np.broadcast_shapes(s.shape, d.shape), dtype=bool)
+        new: np.ndarray = np.ones(np.broadcast_shapes(s.shape, d.shape), dtype=bool)
         if not c.strict:  # a strict consumer's INF must not be hidden by an earlier twin
             for prev in seen:
                 new = new & (d != prev)

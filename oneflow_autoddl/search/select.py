@@ -87,7 +87,8 @@ def fewer_bytes(
         if not p.is_free(v):
             continue
         around = p.bytes_around_all(x, v)
-        saved = around[x[v]] - around
+        with np.errstate(invalid="ignore"):  # inf - inf where a boxing OneFlow lacks: no saving
+            saved = around[x[v]] - around
         fewer = np.flatnonzero(saved > 0)
         if fewer.size == 0:
             continue
@@ -121,8 +122,10 @@ def thinner(
     return best
 
 
-def _descend_from(problem: Problem, memory_weight: float, x: Assignment, w: Weights) -> Assignment:
-    return descent(problem, memory_weight, w).run(x)
+def _descend_from(
+    problem: Problem, memory_weight: float, options: SearchOptions, x: Assignment, w: Weights
+) -> Assignment:
+    return descent(problem, memory_weight, w, options).run(x)
 
 
 def refine(
@@ -140,7 +143,7 @@ def refine(
     best = thinner(problem, found + experts, memory_weight, options, experts)
     weights = objectives(problem.model.cluster, options)
     for _ in range(options.polish_rounds):
-        again = partial(_descend_from, problem, memory_weight, best)
+        again = partial(_descend_from, problem, memory_weight, options, best)
         found = found + executor.map(again, weights)
         best, last = thinner(problem, found + experts, memory_weight, options, experts), best
         if best == last:

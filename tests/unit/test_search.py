@@ -300,7 +300,7 @@ def test_the_winner_is_where_every_objective_s_descent_stops(cpu):
     problem, x, starts = searched(build_gpt(2, 512, 8, 32, 512, 8, mesh=(4,), device="cpu"), cpu)
     experts = list(starts.values())
     for w in objectives(cpu):
-        y = descent(problem, 0.0, w).run(x)
+        y = descent(problem, 0.0, w, OPTIONS).run(x)
         assert pick(problem, [x, y] + experts, 0.0, OPTIONS, experts) == x, w
 
 
