@@ -74,5 +74,11 @@ def stage_shares(graph: Graph, signature_of: SignatureOf) -> Dict[str, float]:
 
 
 def describe(shares: Dict[str, float]) -> str:
-    """`zero-3 62%, zero-0 38%`."""
-    return ", ".join(f"{stage} {100 * share:.0f}%" for stage, share in shares.items()) or "-"
+    """`zero-3 62%, zero-0 38%` (a stage covering under half a percent: `<1%`)."""
+    return (
+        ", ".join(
+            f"{stage} {100 * share:.0f}%" if share >= 0.005 else f"{stage} <1%"
+            for stage, share in shares.items()
+        )
+        or "-"
+    )
