@@ -14,8 +14,10 @@ from .mesh import format_mesh
 from .plan import OpEntry, Plan, Predicted, signature_texts
 from .rules import update_of
 from .sbp import format_nd
+from .search.memory import peak_memory
 from .search.problem import Breakdown, Problem
 from .search.units import NO_RULE, Unit
+from .zero import stage_shares
 
 
 def assemble(
@@ -61,14 +63,27 @@ def assemble(
         variable_shapes=var_shapes,
         variable_bytes=var_bytes,
         unplanned_ops=unplanned,
-        predicted=Predicted.of(detail),
-        baselines={name: Predicted.of(p.evaluate(y)) for name, y in baselines.items()},
+        predicted=_predicted(p, x),
+        baselines={name: _predicted(p, y) for name, y in baselines.items()},
         lower_bound_bytes=graph_bound_bytes(g, p.mesh.size),
         memory_limit_bytes=memory_limit,
         transfers=transfers(problem, x, detail, transfers_kept),
         search_time_s=search_time,
         notes=notes(unplanned),
+        precision=precision(g),
     )
+
+
+def _predicted(problem: Problem, x: Sequence[int]) -> Predicted:
+    """The costs of assignment x, its peak memory and its parameters' ZeRO stages."""
+    shares = stage_shares(problem.graph, lambda name: problem.signature(name, x))
+    return Predicted.of(problem.evaluate(x), peak_memory(problem, x), shares)
+
+
+def precision(graph) -> str:
+    """float32, or `mixed <dtype>` where some float tensors are in half precision."""
+    halves = sorted({t.dtype for t in graph.tensors.values() if t.dtype in ("float16", "bfloat16")})
+    return f"mixed {'/'.join(halves)}" if halves else "float32"
 
 
 def notes(unplanned: Dict[str, Dict[str, str]]) -> List[str]:

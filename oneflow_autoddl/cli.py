@@ -80,6 +80,15 @@ def _graph(args):
     return graph
 
 
+def _precision(graph, dtype: str):
+    """The graph in the precision asked (oneflow_autoddl.amp for fp16 and bf16)."""
+    if dtype == "fp32":
+        return graph
+    from .amp import amp_graph
+
+    return amp_graph(graph, dtype)
+
+
 def _read_job_file(path: str):
     """A serialized Job, read without OneFlow's runtime (its protobuf classes only)."""
     if not os.path.exists(path):
@@ -94,7 +103,7 @@ def _read_job_file(path: str):
 
 def _plan(args) -> int:
     cluster = load_cluster(args.cluster)
-    graph = _graph(args)
+    graph = _precision(_graph(args), args.dtype)
     memory = (
         math.inf
         if args.memory_per_device == "none"
@@ -166,6 +175,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="bytes a device may hold (e.g. 40GiB; default: the cluster's device memory; "
         "none: no limit)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=["fp32", "fp16", "bf16"],
+        help="fp16 / bf16: cost the graph in mixed precision as OneFlow's AMP pass makes it on "
+        "GPUs (graph.config.enable_amp); master weights and optimizer state stay float32",
     )
     p.add_argument("--ranks-per-node", type=int, default=None)
     p.add_argument(

@@ -194,13 +194,20 @@ class Graph:
         return f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors)"
 
 
+# OneFlow's CheckpointingPass names the copy of a forward op it recomputes in backward after it.
+CHECKPOINT_COPY_PREFIX = "Sys-Checkpointing-Fake-Fw-Op_"
+
+
 def module_scope(op_name: str) -> str:
     """Module path of an op from OneFlow's naming: `m.h.3.attn.q-broadcast_matmul-58` ->
     `m.h.3.attn.q`.
 
     Backward ops carry their forward module's prefix, so the scope groups a layer's
-    forward and backward ops. Variables (`m.h.3.attn.q.weight`) map to their module.
+    forward and backward ops. Variables (`m.h.3.attn.q.weight`) map to their module; a
+    recomputed copy (CHECKPOINT_COPY_PREFIX + op) to its original's.
     """
+    if op_name.startswith(CHECKPOINT_COPY_PREFIX):
+        op_name = op_name[len(CHECKPOINT_COPY_PREFIX) :]
     if "-" in op_name:
         return op_name.split("-", 1)[0]
     return op_name.rsplit(".", 1)[0] if "." in op_name else ""

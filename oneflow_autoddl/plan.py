@@ -23,10 +23,20 @@ class Predicted:
     comm_time_s: float
     exposed_comm_s: float  # of comm_time_s, what compute waits for (the rest overlaps it)
     bytes_per_device: float
-    memory_per_device: float
+    memory_per_device: float  # what the search holds to the limit: what stays alive across the step
+    # The most one device holds at once over the step (cost.memory), what that is made of (by
+    # cost.memory.KINDS) and the op running then.
+    peak_memory_per_device: float = 0.0
+    peak_memory_by_kind: Dict[str, float] = field(default_factory=dict)
+    peak_memory_op: str = ""
+    # The ZeRO stage each parameter's SBP amounts to (oneflow_autoddl.zero): stage -> share of
+    # the parameters' bytes.
+    zero_stages: Dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, breakdown) -> "Predicted":
+    def of(cls, breakdown, peak=None, zero_stages=None) -> "Predicted":
+        """From a search.problem.Breakdown and, where known, a cost.memory.Peak and the
+        parameters' ZeRO stages."""
         return cls(
             breakdown.step_time,
             breakdown.compute_time,
@@ -34,6 +44,10 @@ class Predicted:
             breakdown.exposed_comm_time,
             breakdown.bytes_per_device,
             breakdown.memory_per_device,
+            peak.bytes if peak else 0.0,
+            dict(peak.by_kind) if peak else {},
+            peak.op if peak else "",
+            dict(zero_stages or {}),
         )
 
 
@@ -65,6 +79,12 @@ class Plan:
     transfers: List[Dict[str, Any]] = field(default_factory=list)  # the largest boxings, by time
     search_time_s: float = 0.0
     notes: List[str] = field(default_factory=list)
+    # Modules (paths as op names carry them, e.g. `model.h.0`) whose activations are recomputed
+    # in backward (oneflow_autoddl.recompute): the hook traces the graph with OneFlow's
+    # activation checkpointing on them (adapter.recompute).
+    recompute: List[str] = field(default_factory=list)
+    # float32, or `mixed <half dtype>` for a graph in mixed precision (oneflow_autoddl.amp)
+    precision: str = "float32"
 
     # -- signatures ----------------------------------------------------------------------------
     def signature(self, op: str) -> Signature:

@@ -2,15 +2,18 @@
 
 Tables are rendered with tabulate; times in ms, sizes in MiB, SBP as OneFlow prints it.
 "fits" compares memory per device with the plan's limit (the cluster's device memory by
-default). "bytes / matmul bound" divides bytes sent per device by the sum over matmuls of
-their communication lower bounds (cost.bounds): a yardstick per matmul, which a plan can
-undercut by sharing one transfer among several matmuls or by replicating work.
+default); "peak MiB" is the most a device holds at once over the step (cost.memory). "ZeRO"
+names the stage each parameter's SBP amounts to (oneflow_autoddl.zero) and the share of the
+parameters' bytes it covers. "bytes / matmul bound" divides bytes sent per device by the sum
+over matmuls of their communication lower bounds (cost.bounds): a yardstick per matmul, which a
+plan can undercut by sharing one transfer among several matmuls or by replicating work.
 """
 
 from typing import List, Optional
 
 from tabulate import tabulate
 
+from . import zero
 from .plan import Plan, Predicted
 
 MiB = 2.0**20
@@ -42,12 +45,14 @@ def comparison_rows(plan: Plan) -> List[List[str]]:
             _ms(p.exposed_comm_s),
             _mib(p.bytes_per_device),
             _mib(p.memory_per_device),
+            _mib(p.peak_memory_per_device),
             fits,
         ]
         row.append(_ratio(p.step_time_s, dp.step_time_s) if dp else "-")
         row.append(
             _ratio(p.bytes_per_device, plan.lower_bound_bytes) if plan.lower_bound_bytes else "-"
         )
+        row.append(zero.describe(p.zero_stages))
         rows.append(row)
     return rows
 
@@ -60,9 +65,11 @@ def comparison_table(plan: Plan) -> str:
         "not overlapped ms",
         "MiB sent/device",
         "MiB memory/device",
+        "peak MiB/device",
         "fits",
         "time / DP",
         "bytes / matmul bound",
+        "ZeRO (parameter bytes)",
     ]
     return tabulate(comparison_rows(plan), headers=headers, tablefmt="github")
 
@@ -72,15 +79,23 @@ def summary(plan: Plan) -> str:
     p: Predicted = plan.predicted
     lines = [
         f"mesh {plan.mesh} ({plan.device}), cluster {plan.cluster}, {len(plan.ops)} ops planned, "
-        f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s",
+        f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s; "
+        f"precision {plan.precision}; recomputed: {', '.join(plan.recompute) or 'none'}",
         f"predicted step {_ms(p.step_time_s)} ms (compute {_ms(p.compute_time_s)}, communication "
         f"{_ms(p.comm_time_s)} of which {_ms(p.exposed_comm_s)} not overlapped), "
         f"{_mib(p.bytes_per_device)} MiB sent and {_mib(p.memory_per_device)} MiB "
         f"held per device",
+        f"peak memory per device {_mib(p.peak_memory_per_device)} MiB "
+        f"({_kinds(p.peak_memory_by_kind)}) at {p.peak_memory_op or '-'}; "
+        f"ZeRO: {zero.describe(p.zero_stages)}",
         comparison_table(plan),
     ]
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _kinds(by_kind) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {_mib(v)}" for k, v in by_kind.items() if v) or "-"
 
 
 def parameter_table(plan: Plan) -> str:

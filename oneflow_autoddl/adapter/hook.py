@@ -4,7 +4,9 @@ Installed on `import oneflow_autoddl`. For a graph with the flag on (and the pla
 at "autoddl"), the first compile
   1. traces the graph with the flag switched off for the trace, so OneFlow's native pass
      and its side effects on op-add-time inference stay out (notes 1.1);
-  2. reads the Job, plans it (or takes the saved plan given), writes the plan back;
+  2. reads the Job, plans it (or takes the saved plan given); where the plan recomputes
+     modules, traces again with OneFlow's activation checkpointing on them and carries the
+     plan over to that Job (adapter.recompute); writes the plan back;
   3. compiles; if OneFlow rejects the plan, compiles again with OneFlow's own inference;
   4. reads the compiled Job and the parameters back and checks them against the plan.
 Every way out of the plan is a warning that says which op and why.
@@ -22,10 +24,11 @@ from oneflow.nn.graph.graph_config import GraphConfig
 
 from ..cache import PlanCache, plan_key
 from ..cost.cluster import load_cluster
+from ..cost.model import CostModel
 from ..errors import ConfigError
 from ..ir import Graph
 from ..plan import Plan, PlanMismatch
-from ..planner import STRATEGIES
+from ..planner import STRATEGIES, describe
 from ..planner import plan as make_plan
 from ..report import summary
 from ..search.executor import SERIAL
@@ -254,24 +257,56 @@ def _verify(graph, plan: Plan) -> None:
         _SHARED.setdefault(id(tensor), graph.name)
 
 
+def _trace(graph, build):
+    """build(), a trace of the graph, with OneFlow's native pass and its side effects on
+    op-add-time inference kept out (notes 1.1)."""
+    proto = graph.config.proto
+    proto.enable_auto_parallel = False
+    try:
+        return build()
+    finally:
+        proto.enable_auto_parallel = True
+
+
+def _carried(graph, first, job, plan: Plan, settings: AutoDDLConfig) -> Plan:
+    """`plan` (made for the trace `first`) carried over to `job`, the trace with its modules
+    recomputed, and costed as it runs there (adapter.recompute)."""
+    from .job import read_job
+    from .recompute import carry_signatures
+
+    second = read_job(job)
+    mesh = second.main_placement()
+    cluster = load_cluster(settings.cluster or _default_cluster(mesh.device))
+    model = CostModel(cluster, mesh.hierarchy, mesh.ranks, settings.ranks_per_node)
+    for name, sig in carry_signatures(first, second, plan.signatures(), model).items():
+        second.op(name).native = sig
+    carried = describe(second, cluster, settings.ranks_per_node)
+    carried.recompute = list(plan.recompute)
+    carried.baselines, carried.search_time_s = plan.baselines, plan.search_time_s
+    carried.memory_limit_bytes = plan.memory_limit_bytes
+    return carried
+
+
 def _compile(self, *args, **kwargs):
     settings = _settings(self.config)
     proto = self.config.proto
     if not proto.enable_auto_parallel or settings.planner == "native":
         return _ORIGINAL_COMPILE(self, *args, **kwargs)
-    proto.enable_auto_parallel = False  # keep OneFlow's native pass out of our trace
-    try:
-        _, eager_outputs = self.build_graph(*args, **kwargs)
-    finally:
-        proto.enable_auto_parallel = True
+    _, eager_outputs = _trace(self, lambda: self.build_graph(*args, **kwargs))
     job = self._full_graph_proto
     started = time.perf_counter()
     try:
         from .job import read_job
+        from .recompute import retrace
         from .writeback import write_plan
 
         ir = read_job(job)
         plan = _obtain_plan(self, ir, settings)
+        if plan.recompute:
+            job, eager_outputs = _trace(
+                self, lambda: retrace(self, plan.recompute, *args, **kwargs)
+            )
+            plan = _carried(self, ir, job, plan, settings)
         planned = write_plan(job, plan)
     except Exception as e:  # a plan we cannot make must never stop training
         _fallback(self, f"planning failed ({type(e).__name__}: {e})")

@@ -88,6 +88,14 @@ class Cluster:
         return self.backend == "oneflow-cpu"
 
     @property
+    def reuses_memory(self) -> bool:
+        """Whether a device's buffers are shared by tensors alive at different times of a step.
+        OneFlow 0.9.0 plans shared memory only for devices other than the CPU
+        (intra_job_mem_sharing_util.cpp skips CPU tasks): on CPU ranks every blob a step uses is
+        allocated once, for the whole run, and held."""
+        return self.backend != "oneflow-cpu"
+
+    @property
     def devices(self) -> int:
         return self.nodes * self.devices_per_node
 

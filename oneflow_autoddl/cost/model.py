@@ -12,6 +12,7 @@ from ..ir import DTYPE_BYTES, Graph, Op
 from ..sbp import B, NdSbp, Signature
 from . import compute
 from .boxing import AXIS_COSTS, TransitionTable
+from .buffers import MOVE_BLOBS, path_blobs
 from .cluster import Cluster, MeshMapping, map_mesh
 from .collectives import Transfer
 
@@ -34,6 +35,7 @@ class CostModel:
         self.axis_cost = AXIS_COSTS[cluster.backend]
         self._tables: Dict[Tuple, TransitionTable] = {}
         self._cache: Dict[Tuple, Transfer] = {}
+        self._blobs: Dict[Tuple, Tuple[float, ...]] = {}
 
     def _canonical(self, nd: NdSbp) -> NdSbp:
         """SBP on a mesh axis of one device is meaningless: call it B."""
@@ -62,6 +64,33 @@ class CostModel:
         if hit is None:
             found = self._table(shape, dtype).cost(self._canonical(src), self._canonical(dst))
             hit = self._cache[key] = found if found is not None else Transfer(math.inf, INFEASIBLE)
+        return hit
+
+    def boxing_blobs(
+        self, src: NdSbp, dst: NdSbp, shape: Sequence[int], dtype: str
+    ) -> Tuple[float, ...]:
+        """Bytes of each blob the boxing from src to dst holds on a device (cost.buffers); none
+        for a transition OneFlow cannot perform."""
+        if src == dst:
+            return ()
+        key = (src, dst, tuple(shape), dtype)
+        hit = self._blobs.get(key)
+        if hit is None:
+            path = self.path(src, dst, shape, dtype)
+            hierarchy = [a.size for a in self.mapping.axes]
+            hit = self._blobs[key] = (
+                ()
+                if path is None
+                else tuple(
+                    path_blobs(
+                        [self._canonical(nd) for nd in path],
+                        shape,
+                        DTYPE_BYTES.get(dtype, 4),
+                        hierarchy,
+                        MOVE_BLOBS[self.cluster.backend],
+                    )
+                )
+            )
         return hit
 
     def path(self, src: NdSbp, dst: NdSbp, shape: Sequence[int], dtype: str):

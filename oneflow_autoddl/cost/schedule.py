@@ -20,7 +20,7 @@ boxing's consumers start when it has moved its bytes and its latency has passed,
 """
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Collection, List, Mapping, Tuple
 
 from ..ir import Graph
@@ -35,6 +35,9 @@ class Schedule:
     exposed_comm_time: (
         float  # the part of it not spent computing: boxing the compute could not hide
     )
+    order: List[str] = field(
+        default_factory=list
+    )  # the ops in the order the compute stream ran them
 
 
 class Scheduler:
@@ -65,6 +68,7 @@ class Scheduler:
         ]  # (inputs at, op)
         ready: List[int] = []
         clock = comm_free = busy = end = 0.0
+        order: List[str] = []
         for _ in self.names:
             if (
                 not ready and pending[0][0] > clock
@@ -73,6 +77,7 @@ class Scheduler:
             while pending and pending[0][0] <= clock:
                 heapq.heappush(ready, heapq.heappop(pending)[1])
             i = heapq.heappop(ready)
+            order.append(self.names[i])
             spent = op_compute.get(self.names[i], 0.0)
             clock, busy = clock + spent, busy + spent
             for lbn, consumers in self.outputs[i]:
@@ -92,4 +97,4 @@ class Scheduler:
                     if waiting[j] == 0:
                         heapq.heappush(pending, (earliest[j], j))
         step = max(clock, end)
-        return Schedule(step, step - busy)
+        return Schedule(step, step - busy, order)

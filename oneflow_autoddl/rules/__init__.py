@@ -17,6 +17,7 @@ from .registry import (
     rule,
     same_sbp_inputs,
     update_of,
+    workspace_of,
 )
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "rule",
     "same_sbp_inputs",
     "update_of",
+    "workspace_of",
 ]

@@ -1,6 +1,8 @@
 """Broadcasting binary ops, broadcast_like and bias_add (math_binary_broadcast_ops,
 broadcast_div_grad_op, broadcast_like_op, bias_add_op at v0.9.0)."""
 
+import math
+
 from ..sbp import B, P, S
 from .registry import inner_broadcast, rule
 
@@ -43,7 +45,12 @@ def broadcast_binary(v):
     return sigs
 
 
-@rule("broadcast_div_grad")
+def _z_copy(attrs, local):
+    """broadcast_div_grad_kernel.cpp's tmp buffer at v0.9.0: one z."""
+    return math.prod(local["z_0"])
+
+
+@rule("broadcast_div_grad", workspace=_z_copy)
 def broadcast_div_grad(v):
     y, z = v.shape("y_0"), v.shape("z_0")
     sigs = []

@@ -32,26 +32,45 @@ def conv_filter_grad_flops(attrs, local):
     return 2.0 * _numel(local["filter_diff_0"]) * dy[0] * _numel(dy[2:])
 
 
-@rule("conv1d", "conv2d", "conv3d", flops=conv_flops)
+def _col_buffer(out_bn: str, weight_bn: str):
+    """The CPU kernels' im2col buffer (conv_kernels.cpp CalcElemNumOfColBuf at v0.9.0, NCHW): one
+    sample's columns, the weight's elements per output channel times the output's spatial size."""
+
+    def elements(attrs, local):
+        return _numel(local[weight_bn][1:]) * _numel(local[out_bn][2:])
+
+    return elements
+
+
+def _bias_buffer(attrs, local):
+    """conv_bias_grad's CPU buffer: a row of ones over one sample's spatial positions."""
+    return _numel(local["dy_0"][2:])
+
+
+@rule("conv1d", "conv2d", "conv3d", flops=conv_flops, workspace=_col_buffer("out_0", "weight_0"))
 def conv(v):
     sig = v.all(S(0))
     sig.update({bn: B for bn in v.bns if bn.startswith(("weight", "bias"))})
     return [sig]
 
 
-@rule("conv_data_grad", flops=conv_data_grad_flops)
+@rule("conv_data_grad", flops=conv_data_grad_flops, workspace=_col_buffer("dy_0", "filter_0"))
 def conv_data_grad(v):
     sig = v.all(S(0))
     sig["filter_0"] = B
     return [sig]
 
 
-@rule("conv_filter_grad", flops=conv_filter_grad_flops)
+@rule(
+    "conv_filter_grad",
+    flops=conv_filter_grad_flops,
+    workspace=_col_buffer("dy_0", "filter_diff_0"),
+)
 def conv_filter_grad(v):
     return [{"dy_0": S(0), "x_0": S(0), "filter_diff_0": P}]
 
 
-@rule("conv_bias_grad")
+@rule("conv_bias_grad", workspace=_bias_buffer)
 def conv_bias_grad(v):
     return [{"dy_0": S(0), "bias_diff_0": P}]
 

@@ -1,5 +1,7 @@
 """Reductions (reduce_ops, reduce_like_ops, variance_op at v0.9.0)."""
 
+import math
+
 from ..sbp import B, P, S
 from .registry import rule
 
@@ -23,7 +25,19 @@ def _kind(attr: str, ibn: str):
     return kind
 
 
-@rule("reduce_sum", kernel=_kind("axis", "input_tensor_0"))
+def _whole(ibn: str):
+    """A scratch copy of the whole (local) input: reduce_kernel.cpp and reduce_like_kernels.cpp's
+    tmp buffer at v0.9.0 (reduce_sum_like has none when it reduces no axis)."""
+
+    def elements(attrs, local):
+        if "axis" in attrs and not attrs["axis"]:
+            return 0
+        return math.prod(local[ibn])
+
+    return elements
+
+
+@rule("reduce_sum", kernel=_kind("axis", "input_tensor_0"), workspace=_whole("input_tensor_0"))
 def reduce_sum(v):
     n = v.ndim("input_tensor_0")
     axes, keep = _axes(v, "axis", n), v.attr("keepdims", False)
@@ -42,7 +56,7 @@ def reduce_sum(v):
     return sigs
 
 
-@rule("reduce_sum_like", kernel=_kind("axis", "x_0"))
+@rule("reduce_sum_like", kernel=_kind("axis", "x_0"), workspace=_whole("x_0"))
 def reduce_sum_like(v):
     x = v.shape("x_0")
     axes = _axes(v, "axis", len(x))

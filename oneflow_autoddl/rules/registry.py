@@ -57,6 +57,9 @@ RuleFn = Callable[[OpView], List[OneD]]
 KernelFn = Callable[[OpView], Optional[str]]
 # FLOPs of one device's share: (op attrs, blob name -> local shape) -> floating-point operations.
 FlopsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
+# Scratch memory of one device's kernel while it runs (its `SetInferTmpSizeFn`): (op attrs, blob
+# name -> local shape) -> elements of the op's first input's dtype.
+WorkspaceFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class Rule:
     update: Optional[Update] = None  # an optimizer's update op: its blobs
     optimizer: bool = False  # an op of the optimizer's (updates, and e.g. Adam's bias correction)
     contraction: Optional[ContractionFn] = None  # a matrix product: its dimensions and axes
+    workspace: Optional[WorkspaceFn] = None  # the kernel's scratch buffer
 
     def kernel_kind(self, v: OpView) -> Optional[str]:
         return self.kernel(v) if callable(self.kernel) else self.kernel
@@ -122,10 +126,12 @@ def rule(
     update: Optional[Update] = None,
     optimizer: bool = False,
     contraction: Optional[ContractionFn] = None,
+    workspace: Optional[WorkspaceFn] = None,
 ):
     """Register `fn` as the 1-D SBP rule of `op_types`, with what else the op means: for
     compute-bound ops their FLOPs, for slow kernels their kind, for an optimizer's update its
-    blobs (whose mutable ones keep their SBP), for a matrix product its dimensions."""
+    blobs (whose mutable ones keep their SBP), for a matrix product its dimensions, for a kernel
+    with a scratch buffer its size."""
 
     def register(fn: RuleFn) -> RuleFn:
         mutable = tuple(same_sbp) + (update.mutable if update else ())
@@ -141,6 +147,7 @@ def rule(
                 update,
                 optimizer or update is not None,
                 contraction,
+                workspace,
             )
         return fn
 
@@ -246,6 +253,12 @@ def contraction_of(graph: Graph, op: Op) -> Optional[Contraction]:
     if r is None or r.contraction is None:
         return None
     return r.contraction(OpView(graph, op, 1))
+
+
+def workspace_of(op: Op):
+    """The op's scratch-buffer function (None when its kernel has none)."""
+    r = _RULES.get(op.type)
+    return r.workspace if r else None
 
 
 def same_sbp_inputs(op: Op) -> Tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""System ops and ops OneFlow infers by itself (variable_op, identity_op,
+"""System ops and ops OneFlow infers by itself (variable_op, identity_op, cast_op,
 learning_rate_schedule_op, ones_like_op at v0.9.0)."""
 
 from ..sbp import B, P, S
@@ -14,6 +14,12 @@ def variable(v):
 @rule("identity_conf")
 def identity(v):
     return [v.all(P)] + [v.all(S(k)) for k in range(v.ndim("in"))]
+
+
+@rule("identity", "cast")
+def identity_user_op(v):
+    """identity_op.cpp and cast_op.cpp: every axis split alike, or partial-sum in and out."""
+    return [v.all(S(k)) for k in range(v.ndim("in_0"))] + [v.all(P)]
 
 
 @rule("learning_rate_schedule_conf")

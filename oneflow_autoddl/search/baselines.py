@@ -117,6 +117,15 @@ def zero(problem: Problem) -> List[int]:
     return x
 
 
+def _source(problem: Problem, lbn: str) -> Op:
+    """The op a tensor comes from, seen through casts (mixed precision reads a parameter through
+    its cast to half, oneflow_autoddl.amp)."""
+    producer = problem.graph.op(problem.graph.tensor(lbn).producer)
+    while producer.type == "cast":
+        producer = problem.graph.op(problem.graph.tensor(producer.inputs["in_0"]).producer)
+    return producer
+
+
 def _weight_of(problem: Problem, op: Op) -> Optional[str]:
     """The parameter a forward matrix product multiplies by: its b, a 2-D variable's output."""
     if op.role != "forward" or "b_0" not in op.inputs:
@@ -124,7 +133,7 @@ def _weight_of(problem: Problem, op: Op) -> Optional[str]:
     c = contraction_of(problem.graph, op)
     if c is None or c.b_axes is None or len(problem.graph.shape(op, "b_0")) != 2:
         return None
-    producer = problem.graph.op(problem.graph.tensor(op.inputs["b_0"]).producer)
+    producer = _source(problem, op.inputs["b_0"])
     return producer.name if producer.role == "variable" else None
 
 
@@ -160,7 +169,7 @@ def megatron_roles(problem: Problem) -> Dict[str, str]:
         if roles[weight] == "column":
             for consumer, _ in graph.consumers(op, "out_0"):
                 for lbn in consumer.inputs.values():
-                    p = graph.op(graph.tensor(lbn).producer)
+                    p = _source(problem, lbn)
                     if (
                         consumer.type in ("broadcast_add", "bias_add")
                         and p.role == "variable"
@@ -197,7 +206,9 @@ def _megatron_sbp(problem: Problem, v: int, nd: NdSbp, roles: Dict[str, str], tp
 def _column_axes(problem: Problem, var: str):
     """(output-feature axis, input-feature axis) of a weight, from the product that uses it."""
     graph = problem.graph
-    for consumer, _ in graph.consumers(graph.op(var), "out"):
+    readers = [c for c, _ in graph.consumers(graph.op(var), "out")]
+    readers += [r for c in readers if c.type == "cast" for r, _ in graph.consumers(c, "out_0")]
+    for consumer in readers:
         c = contraction_of(graph, consumer)
         if _weight_of(problem, consumer) == var and c is not None and c.b_axes is not None:
             contracted, columns = c.b_axes

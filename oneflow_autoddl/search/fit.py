@@ -15,6 +15,7 @@ from ..errors import PlanningError
 from ..mesh import format_mesh
 from .descend import descend, sweep
 from .executor import Executor
+from .memory import lean_memory_report
 from .options import SearchOptions
 from .problem import Problem
 from .select import pick, refine
@@ -29,14 +30,14 @@ def _gib(x: float) -> str:
 
 
 def check_fits(problem: Problem, limit: float) -> None:
-    """PlanningError, naming the least memory any plan needs, when even that exceeds `limit`."""
+    """PlanningError when even the leanest plan exceeds `limit`, naming what it needs per device
+    and what that is made of (search.memory.lean_memory_report)."""
     need = problem.min_memory()
     if need > limit:
         raise PlanningError(
             f"no plan fits {_gib(limit)} per device on mesh "
             f"{format_mesh(problem.mesh.hierarchy)}: the leanest plan needs {_gib(need)} "
-            f"(parameters, gradients, optimizer state and kept activations, split as far as the "
-            f"rules allow); give more memory or a larger mesh"
+            f"{lean_memory_report(problem)}; give more memory or a larger mesh"
         )
 
 

@@ -137,3 +137,14 @@ def test_user_errors_are_reported_and_bugs_keep_their_traceback(monkeypatch, cap
     monkeypatch.setattr(cli_module, "plan", bug)
     with pytest.raises(KeyError):
         cli_module.main(args)
+
+
+def test_mixed_precision_is_planned_and_named(tmp_path):
+    args = ["--model", "gpt", "--layers", "2", "--hidden", "256", "--heads", "4"]
+    args += ["--seq-len", "64", "--vocab", "512", "--batch-size", "16", "--mesh", "4"]
+    out = cli("plan", *args, "--dtype", "bf16", "--json", str(tmp_path / "p.json"))
+    assert out.returncode == 0, out.stderr
+    assert "precision mixed bfloat16" in out.stdout
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["precision"] == "mixed bfloat16"
+    assert any(e["type"] == "cast" for e in plan["ops"].values())

@@ -1,0 +1,294 @@
+"""Peak memory as the search can price it: memory items over the problem's variables.
+
+An item is (variables, bytes per device for each joint choice of their candidates, live span
+[start, end) of time steps). A device's memory at a time step is the sum of the items live
+then, each at the choice of its variables; the peak is the largest such sum over the step's
+time steps. Most items hang on one variable: every output of every op (a tied variable owns one
+item per op it decides, each with that op's span), every kernel's scratch buffer. A tensor's
+boxing blobs depend on the SBPs at both ends, so they are one item over the variables of the
+tensor's producer and consumers (the same variables as its boxing factor in search.problem):
+an item there can take the same price per byte as the factor's time.
+
+The items reproduce cost.memory's timeline of an assignment: the same blobs, sizes and spans,
+but for two bounds taken where the exact value depends on choices: a boxing's blobs live until
+the last consumer on the placement (the timeline: the last one reading that SBP), and a tensor
+whose consumers would make one variable's table too large is costed in runs of consumers (as
+its boxing factor is), which can count a boxing that consumers in two runs share twice. Both
+only add bytes.
+"""
+
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..cost.buffers import state_bytes
+from ..cost.memory import (
+    KINDS,
+    Peak,
+    Spans,
+    allocated,
+    output_bytes,
+    output_kind,
+    step_order,
+    tensor_bytes,
+    timeline,
+    workspace_bytes,
+)
+from ..ir import DTYPE_BYTES
+from .problem import Endpoint, Problem, TensorEnds
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    vars: Tuple[int, ...]  # the variables the bytes depend on (distinct)
+    usage: np.ndarray  # bytes per device, one axis per variable in `vars`, over its candidates
+    start: int  # first time step it is held
+    end: int  # first time step it is free again
+    kind: str  # one of cost.memory.KINDS
+    name: str  # the tensor, `op/workspace`, or `lbn->boxing`
+
+    def at(self, x: Sequence[int]) -> float:
+        return float(self.usage[tuple(x[v] for v in self.vars)])
+
+
+def memory_items(problem: Problem, order: Optional[Sequence[str]] = None) -> List[MemoryItem]:
+    """Every item of the problem's main placement: op outputs, scratch buffers, boxings. Tied
+    units have the same shapes, so their usage is computed once per variable."""
+    graph = problem.graph
+    spans = Spans(graph, step_order(graph, order), problem.model.cluster.reuses_memory)
+    items: List[MemoryItem] = []
+    usage: Dict[tuple, np.ndarray] = {}
+    for u, unit in enumerate(problem.units):
+        v = problem.var_of_unit[u]
+        for pos, name in enumerate(unit.ops):
+            op = graph.op(name)
+            if op.placement != problem.mesh or op.role == "system":
+                continue
+            sigs = [joint[pos] for joint in unit.candidates]
+            kind = output_kind(graph, op)
+            for obn, lbn in op.outputs.items():
+                key = (v, pos, obn)
+                if key not in usage:
+                    usage[key] = np.array([output_bytes(graph, op, obn, sig) for sig in sigs])
+                items.append(MemoryItem((v,), usage[key], *spans.tensor(lbn), kind, lbn))
+            key = (v, pos, "workspace")
+            if key not in usage:
+                usage[key] = np.array([workspace_bytes(graph, op, sig) for sig in sigs])
+            if usage[key].any():
+                span = spans.op(name)
+                items.append(MemoryItem((v,), usage[key], *span, "buffers", f"{name}/workspace"))
+    tables: Dict[tuple, List[Tuple[Tuple[int, ...], np.ndarray]]] = {}
+    for ends in problem.ends:
+        if ends.consumers:
+            items += _boxing_items(problem, ends, spans, tables)
+    return items
+
+
+def _boxing_items(
+    problem: Problem, ends: TensorEnds, spans: Spans, tables: Dict[tuple, list]
+) -> List[MemoryItem]:
+    """The blobs boxing one tensor holds, over its producer's and consumers' variables (runs of
+    consumers where one table would be too large); `tables` memoises them for tensors alike
+    (tied layers: same variables, positions, blobs, shape and dtype)."""
+    t = ends.tensor
+    readers = [c for c in ends.consumers if not c.strict]
+    if not readers:
+        return []
+    key = (
+        tuple((e.var, e.pos, e.bn) for e in [ends.producer] + readers),
+        t.shape,
+        t.dtype,
+    )
+    if key not in tables:
+        tables[key] = [
+            _boxing_table(problem, ends, run) for run in _runs(problem, ends.producer, readers)
+        ]
+    span = spans.tensor(t.lbn, [problem.units[c.unit].ops[c.pos] for c in readers])
+    return [
+        MemoryItem(vars_, table, *span, "buffers", f"{t.lbn}->boxing")
+        for vars_, table in tables[key]
+        if table.any()
+    ]
+
+
+def _runs(problem: Problem, p: Endpoint, consumers: List[Endpoint]) -> List[List[Endpoint]]:
+    """Consumers in runs whose joint table with the producer stays within the problem's
+    max_factor_entries."""
+    runs: List[List[Endpoint]] = [[]]
+    vars_ = {p.var}
+    for c in sorted(consumers, key=lambda c: (problem.domain[c.var], c.var)):
+        grown = vars_ | {c.var}
+        if runs[-1] and np.prod([problem.domain[v] for v in grown]) > problem.max_factor_entries:
+            runs.append([])
+            grown = {p.var, c.var}
+        runs[-1].append(c)
+        vars_ = grown
+    return runs
+
+
+def _boxing_table(
+    problem: Problem, ends: TensorEnds, consumers: List[Endpoint]
+) -> Tuple[Tuple[int, ...], np.ndarray]:
+    """Bytes of the boxings of one tensor for every joint choice: for each distinct target SBP
+    some consumer reads it in, the transition's blobs, and an identity op's output where two or
+    more of them read it so; and the write-back's local copy of a split variable whose readers
+    box it (cost.memory)."""
+    t, p = ends.tensor, ends.producer
+    vocab: Dict[tuple, int] = {}
+    src = _sbp_ids(problem, p, vocab)
+    dsts = [_sbp_ids(problem, c, vocab) for c in consumers]
+    sbps = sorted(vocab, key=vocab.__getitem__)
+    model = problem.model
+    blobs = np.array(
+        [
+            [sum(allocated(b) for b in model.boxing_blobs(a, b, t.shape, t.dtype)) for b in sbps]
+            for a in sbps
+        ]
+    )  # [src, dst]
+    elem = DTYPE_BYTES.get(t.dtype, 4)
+    hierarchy = problem.mesh.hierarchy
+    grouped = np.array([allocated(state_bytes(t.shape, nd, hierarchy, elem)) for nd in sbps])
+    variable = problem.graph.op(t.producer).role == "variable"
+    copy = np.array(
+        [
+            tensor_bytes(t, nd, hierarchy) if variable and any(s.is_split for s in nd) else 0.0
+            for nd in sbps
+        ]
+    )
+    vars_ = tuple(sorted({p.var, *(c.var for c in consumers)}))
+    axis = {v: i for i, v in enumerate(vars_)}
+    shape = tuple(int(problem.domain[v]) for v in vars_)
+
+    def grid(e: Endpoint, ids: np.ndarray) -> np.ndarray:
+        view = [1] * len(shape)
+        view[axis[e.var]] = shape[axis[e.var]]
+        return ids.reshape(view)
+
+    s = grid(p, src)
+    d = [grid(c, ids) for c, ids in zip(consumers, dsts)]
+    table = np.zeros(shape)
+    boxed: np.ndarray = np.zeros(shape, dtype=bool)
+    for i, di in enumerate(d):
+        first: np.ndarray = np.ones(np.broadcast_shapes(s.shape, di.shape), dtype=bool)
+        for dj in d[:i]:
+            first = first & (di != dj)
+        twice = sum((di == dj).astype(int) for dj in d) >= 2
+        table = table + (blobs[s, di] + twice * grouped[di] * (di != s)) * first
+        boxed = boxed | (di != s)
+    return vars_, np.broadcast_to(table + copy[s] * boxed, shape).copy()
+
+
+def _sbp_ids(problem: Problem, e: Endpoint, vocab: Dict[tuple, int]) -> np.ndarray:
+    return np.array(
+        [vocab.setdefault(problem.sbp_at(e, k), len(vocab)) for k in range(problem.domain[e.var])]
+    )
+
+
+def usage_at(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> np.ndarray:
+    """Bytes held at each time step under assignment x."""
+    delta = np.zeros(steps + 1)
+    for item in items:
+        b = item.at(x)
+        delta[item.start] += b
+        delta[item.end] -= b
+    return np.cumsum(delta)[:steps]
+
+
+def peak_of(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> float:
+    return float(usage_at(items, x, steps).max()) if steps else 0.0
+
+
+def by_kind_at(items: Sequence[MemoryItem], x: Sequence[int], step: int) -> Dict[str, float]:
+    """What the bytes held at one time step are, by kind."""
+    out = {kind: 0.0 for kind in KINDS}
+    for item in items:
+        if item.start <= step < item.end:
+            out[item.kind] += item.at(x)
+    return out
+
+
+def peak_memory(problem: Problem, x: Sequence[int], order: Optional[Sequence[str]] = None) -> Peak:
+    """The peak of assignment x's timeline (cost.memory), exact where the items bound."""
+    return timeline(
+        problem.graph, lambda name: problem.signature(name, x), problem.model, order
+    ).peak()
+
+
+def held_by_kind(problem: Problem, x: Sequence[int]) -> Dict[str, float]:
+    """What problem.memory_of(x) counts (cost.compute.op_memory: what stays alive across the
+    step), by kind: variables' own, the gradients the updates read, activations kept for
+    backward."""
+    graph, out = problem.graph, {kind: 0.0 for kind in KINDS}
+    for name, op in graph.ops.items():
+        held = problem.model.op_memory(graph, op, problem.signature(name, x))
+        if held:
+            kind = output_kind(graph, op) if op.role in ("variable", "forward") else "gradients"
+            out[kind] += held
+    return out
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3f} GiB"
+
+
+def lean_memory_report(problem: Problem) -> str:
+    """What the leanest plan (each variable its least memory) holds per device, by kind, for an
+    error that says what to change."""
+    kinds = held_by_kind(problem, [int(np.argmin(m)) for m in problem.memory])
+    parts = ", ".join(
+        f"{kind.replace('_', ' ')} {_gib(kinds[kind])}" for kind in KINDS if kinds[kind]
+    )
+    return (
+        f"per device ({parts}: what stays alive across the step, split as far as the rules allow)"
+    )
+
+
+def recompute_items(
+    problem: Problem,
+    items: Sequence[MemoryItem],
+    scope: str,
+    order: Optional[Sequence[str]] = None,
+) -> Tuple[List[MemoryItem], List[MemoryItem]]:
+    """(items to take out, items to put in) when module `scope` is recomputed in backward
+    (oneflow_autoddl.recompute), in the time steps of the graph as it is, so that the search can
+    decide each module apart. Where memory is reused the originals live only until their last
+    forward reader, and the copies the backward reads from the step of the module's first
+    backward reader (the pass starts them all there) until their last reader; a copy only other
+    copies read lives while they run, and is left out (the items can miss the largest such one at
+    the module's first backward step). A copy takes its original's usage (it takes its
+    signature). Without reuse nothing is freed and every copy is one more blob all step."""
+    from ..recompute import PREFIX, backward_readers, forward_pass, recomputed_ops
+
+    graph = problem.graph
+    steps = step_order(graph, order)
+    reuse = problem.model.cluster.reuses_memory
+    forward = forward_pass(graph)
+    names = set(recomputed_ops(graph, scope, forward))
+    readers = backward_readers(graph, names, forward)
+    if not readers:
+        return [], []
+    start = min(steps[r] for r in readers)
+    removed: List[MemoryItem] = []
+    added: List[MemoryItem] = []
+    for item in items:
+        if item.name.endswith("/workspace"):
+            if item.name[: -len("/workspace")] in names:
+                span = (start, start + 1) if reuse else (item.start, item.end)
+                added.append(replace(item, start=span[0], end=span[1], name=PREFIX + item.name))
+            continue
+        t = graph.tensors.get(item.name.split("->")[0])
+        if t is None or t.producer not in names:
+            continue
+        if not reuse:
+            added.append(replace(item, name=PREFIX + item.name))
+            continue
+        late = [steps[c] for c, _ in t.consumers if c not in forward and c not in names]
+        early = [steps[c] for c, _ in t.consumers if c in forward]
+        end = max([steps[t.producer]] + early) + 1
+        if end < item.end:
+            removed.append(item)
+            added.append(replace(item, end=end))
+        if late:
+            added.append(replace(item, start=start, end=max(late) + 1, name=PREFIX + item.name))
+    return removed, added

@@ -1,0 +1,71 @@
+"""Predicted peak memory per rank within 15% of what OneFlow allocates, on a 2 x 2 mesh of CPU
+ranks, for data parallel, Megatron-style and AutoDDL plans of the examples' GPT and VGG."""
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def rows():
+    from benchmarks.memory_check import check
+
+    return check(["2x2"], ["gpt", "vgg"])
+
+
+@pytest.mark.ranks
+def test_predicted_peak_memory_within_15_percent(rows):
+    assert len(rows) == 6
+    for r in rows:
+        print(
+            f"\n{r['model']} {r['mesh']} {r['plan']}: predicted {r['predicted_bytes']:.0f}, "
+            f"measured {r['measured_bytes']:.0f} bytes on the fullest rank "
+            f"({100 * r['error']:+.2f}%)"
+        )
+        assert abs(r["error"]) <= 0.15, r
+
+
+@pytest.mark.ranks
+def test_parameters_and_optimizer_state_are_the_variables_allocated(rows):
+    """What the peak holds of parameters and optimizer state is what OneFlow's variables take."""
+    for r in rows:
+        variables = r["predicted_by_kind"]["parameters"] + r["predicted_by_kind"]["optimizer_state"]
+        measured = max(rank["variables"] for rank in r["measured_by_rank"].values())
+        assert variables == pytest.approx(measured, rel=0.15), r
+
+
+@pytest.mark.ranks
+def test_the_plan_is_read_line_by_line_as_protobuf_parses_it(tmp_path):
+    from google.protobuf import text_format
+    from oneflow.core.job import plan_pb2, task_pb2
+
+    from oneflow_autoddl.adapter.plan_memory import load_plan, memory_by_rank, read_memory
+
+    plan = plan_pb2.Plan()
+    for i, (kind, name, op, block) in enumerate(
+        [
+            ("kNormalForward", "__out_0", "m-matmul-3", 7),
+            ("kNormalForward", "tmp", "m-reduce_sum-4", 8),
+            ("kSliceBoxing", "out", "m-matmul-3", 9),
+            ("kTick", "out", "System-Tick-1", 10),
+            ("kNormalForward", "__out", "m.weight", 11),
+        ]
+    ):
+        task = plan.task.add()
+        task.task_type, task.machine_id = task_pb2.TaskType.Value(kind), i % 2
+        regst = task.produced_regst_desc[name]
+        regst.mem_block_id = block
+        lbi = regst.regst_desc_type.data_regst_desc.lbi2blob_desc.add().lbi
+        lbi.op_name, lbi.blob_name = op, "out_0"
+        mb = plan.block_chunk_list.mem_block.add()
+        mb.mem_block_id, mb.machine_id, mb.mem_size = block, i % 2, 512 * (i + 1)
+        if op == "m.weight":
+            mb.variable_op_name = op
+    path = tmp_path / "job_g_plan"
+    path.write_text(text_format.MessageToString(plan))
+    assert read_memory(str(path)) == memory_by_rank(load_plan(str(path)))
+    assert read_memory(str(path))[0] == {
+        "variables": 2560.0,
+        "outputs": 512.0,
+        "workspaces": 0.0,
+        "boxing": 1536.0,
+        "control": 0.0,
+    }
