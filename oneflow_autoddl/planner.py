@@ -25,7 +25,8 @@ from .ir import Graph
 from .plan import Plan
 from .search import baselines
 from .search.executor import SERIAL, Executor
-from .search.fit import check_fits, descend_and_refine, fit_memory
+from .search.fit import Memory, check_fits, descend_and_refine, fit_memory
+from .search.memory import peak_memory
 from .search.options import SearchOptions
 from .search.problem import Problem, build_problem
 from .search.seeds import flat_graph, lift, seeds
@@ -88,14 +89,18 @@ def search(
     executor: Executor,
     held: bool = False,
 ) -> Assignment:
-    """The fastest plan within `limit` bytes per device, from `starts` (and the flat seed)."""
-    check_fits(problem, limit)
+    """The fastest plan whose peak memory per device is within `limit` bytes, from `starts` (and
+    the flat seed)."""
     experts = list(starts.values())
     flat = flat_seed(problem, options, executor, held) if options.flat_seed else None
     if flat is not None:
         experts.append(flat)
     best = descend_and_refine(problem, experts, 0.0, options, executor)
-    return fit_memory(problem, best, limit, options, executor)
+    if not math.isfinite(limit) or peak_memory(problem, best).bytes <= limit:
+        return best
+    memory = Memory(problem)  # what every candidate holds when: built only when it matters
+    check_fits(problem, limit, memory)
+    return fit_memory(problem, best, limit, options, executor, memory)
 
 
 def flat_seed(

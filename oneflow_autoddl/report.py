@@ -37,7 +37,7 @@ def comparison_rows(plan: Plan) -> List[List[str]]:
     dp = plan.baselines.get("data_parallel")
     limit = plan.memory_limit_bytes
     for name, p in entries:
-        fits = "-" if limit is None else ("yes" if p.memory_per_device <= limit else "no")
+        fits = "-" if limit is None else ("yes" if p.peak_memory_per_device <= limit else "no")
         row = [
             name,
             _ms(p.step_time_s),

@@ -15,7 +15,7 @@ from ..cost.cluster import Cluster
 from .descent import Descent
 from .executor import Executor
 from .options import SearchOptions
-from .problem import SERIAL, Problem, Weights
+from .problem import SERIAL, Price, Problem, Weights
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> Lis
 
 
 def descent(
-    problem: Problem, memory_weight: float, weights: Weights, options: SearchOptions
+    problem: Problem, memory_weight: Price, weights: Weights, options: SearchOptions
 ) -> Descent:
     """A Descent of `problem` under `weights`, its groups found once per problem (they depend on
     its structure only, not on the prices)."""
@@ -64,7 +64,7 @@ def descent(
 
 
 def sweep(
-    problem: Problem, start: Assignment, memory_weight: float, options: SearchOptions
+    problem: Problem, start: Assignment, memory_weight: Price, options: SearchOptions
 ) -> Assignment:
     """`start` after one sweep of the groups of at most `options.seed_sweep_group` variables,
     under the first objective."""
@@ -76,7 +76,7 @@ def sweep(
 def descend(
     problem: Problem,
     swept: Sequence[Assignment],
-    memory_weight: float,
+    memory_weight: Price,
     options: SearchOptions,
     executor: Executor,
 ) -> List[Assignment]:
@@ -92,6 +92,6 @@ def descend(
     return list(swept) + found
 
 
-def _converge(problem: Problem, memory_weight: float, options: SearchOptions, task) -> Assignment:
+def _converge(problem: Problem, memory_weight: Price, options: SearchOptions, task) -> Assignment:
     weights, x = task
     return descent(problem, memory_weight, weights, options).run(x)

@@ -12,7 +12,7 @@ import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
-from .problem import SERIAL, Problem, Weights
+from .problem import SERIAL, Price, Problem, Weights
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Descent:
     def __init__(
         self,
         problem: Problem,
-        memory_weight: float = 0.0,
+        memory_weight: Price = 0.0,
         groups: Optional[List[List[int]]] = None,
         weights: Weights = SERIAL,
         memo: Optional[Dict[tuple, object]] = None,

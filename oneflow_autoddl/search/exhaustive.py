@@ -11,12 +11,12 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .problem import Problem
+from .problem import Price, Problem
 
 
 def solve_exhaustive(
     problem: Problem,
-    memory_weight: float = 0.0,
+    memory_weight: Price = 0.0,
     limit: int = 5_000_000,
     incumbent: Optional[List[int]] = None,
 ) -> Tuple[List[int], float]:

@@ -1,23 +1,28 @@
-"""The memory step of the search: the fastest plan that fits the memory limit.
+"""The memory step of the search: the fastest plan whose peak memory fits the limit.
 
-Memory is priced into the descents' objective (a Lagrange multiplier on the bytes a device
-holds): the price rises until a plan fits, then bisects back towards the cheapest price that
-still fits, since a dearer price gives up more step time than the limit asks for.
+A device's memory is held to the limit at every time step of the step (search.memory's items:
+what each op's outputs, scratch buffers and boxings hold, and when). Memory is priced into the
+descents' objective per time step (search.prices, a Lagrangian relaxation): where a plan's peak
+is over the limit, the steps over it gain a price, raised round by round until a plan fits;
+then the price is bisected back towards the cheapest that still fits, since a dearer price
+gives up more step time than the limit asks for.
 """
 
 import logging
 from functools import partial
-from typing import List
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..cost.memory import KINDS
 from ..errors import PlanningError
 from ..mesh import format_mesh
 from .descend import descend, sweep
 from .executor import Executor
-from .memory import lean_memory_report
+from .memory import MemoryItem, memory_items, usage_at
 from .options import SearchOptions
-from .problem import Problem
+from .prices import StepPrices, lower_bound, step_prices
+from .problem import Price, Problem
 from .select import pick, refine
 
 log = logging.getLogger(__name__)
@@ -29,29 +34,62 @@ def _gib(x: float) -> str:
     return f"{x / 2**30:.3f} GiB"
 
 
-def check_fits(problem: Problem, limit: float) -> None:
-    """PlanningError when even the leanest plan exceeds `limit`, naming what it needs per device
-    and what that is made of (search.memory.lean_memory_report)."""
-    need = problem.min_memory()
-    if need > limit:
-        raise PlanningError(
-            f"no plan fits {_gib(limit)} per device on mesh "
-            f"{format_mesh(problem.mesh.hierarchy)}: the leanest plan needs {_gib(need)} "
-            f"{lean_memory_report(problem)}; give more memory or a larger mesh"
-        )
+class Memory:
+    """The problem's memory items, and what an assignment holds at each step."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.items: List[MemoryItem] = memory_items(problem)
+        self.steps = max((item.end for item in self.items), default=0)
+
+    def usage(self, x: Sequence[int]) -> np.ndarray:
+        return usage_at(self.items, x, self.steps)
+
+    def peak(self, x: Sequence[int]) -> float:
+        return float(self.usage(x).max()) if self.steps else 0.0
+
+    def least(self) -> np.ndarray:
+        return lower_bound(self.items, self.steps)
+
+    def least_by_kind(self, step: int) -> Dict[str, float]:
+        out = {kind: 0.0 for kind in KINDS}
+        for item in self.items:
+            if item.start <= step < item.end:
+                out[item.kind] += float(item.usage.min())
+        return out
+
+    def prices(self, per_step: np.ndarray) -> StepPrices:
+        return step_prices(self.items, list(self.problem.domain), per_step)
+
+
+def check_fits(problem: Problem, limit: float, memory: Optional[Memory] = None) -> None:
+    """PlanningError when no plan can fit `limit`: even with every item at its least, some step
+    holds more. The error names that least peak and what it is made of."""
+    memory = memory or Memory(problem)
+    least = memory.least()
+    if not memory.steps or least.max() <= limit:
+        return
+    step = int(least.argmax())
+    kinds = memory.least_by_kind(step)
+    parts = ", ".join(f"{k.replace('_', ' ')} {_gib(kinds[k])}" for k in KINDS if kinds[k])
+    raise PlanningError(
+        f"no plan fits {_gib(limit)} per device on mesh {format_mesh(problem.mesh.hierarchy)}: "
+        f"the least memory any plan holds at its peak is {_gib(float(least.max()))} ({parts}, "
+        f"each split as far as the rules allow); give more memory, a larger mesh, a smaller "
+        f"batch, mixed precision or recomputation"
+    )
 
 
 def descend_and_refine(
     problem: Problem,
     starts: List[Assignment],
-    memory_weight: float,
+    memory_weight: Price,
     options: SearchOptions,
     executor: Executor,
 ) -> Assignment:
     """The search's descend and refine steps at one price of memory."""
-    swept = executor.map(
-        partial(sweep, problem, memory_weight=memory_weight, options=options), starts
-    )
+    at_price = partial(sweep, problem, memory_weight=memory_weight, options=options)
+    swept = executor.map(at_price, starts)
     found = descend(problem, swept, memory_weight, options, executor)
     return refine(problem, found, starts, memory_weight, options, executor)
 
@@ -62,34 +100,48 @@ def fit_memory(
     limit: float,
     options: SearchOptions,
     executor: Executor,
+    memory: Optional[Memory] = None,
 ) -> Assignment:
-    """`best` if it fits `limit`; else the plan found at the cheapest price of memory that fits
-    (the leanest plan, if no price in `options.penalty_rounds` rounds does)."""
-    p = problem
-    if p.memory_of(best) <= limit:
+    """`best` if its peak fits `limit`; else the plan found at the cheapest price of memory that
+    fits (the leanest plan found, if no price in `options.penalty_rounds` rounds does)."""
+    memory = memory or Memory(problem)
+    usage = memory.usage(best)
+    if usage.max() <= limit:
         return best
-    lean = [int(np.argmin(m)) for m in p.memory]
-    scale = max(p.objective(best), 1e-12) / max(p.memory_of(best), 1.0)
-    lo, hi, fit = 0.0, scale, None
+    over = np.zeros(memory.steps)  # where the plans found held more than the limit, how much
+    scale = max(problem.objective(best), 1e-12) / max(float(usage.max()), 1.0)
+    lean = [int(np.argmin(e)) for e in memory.prices(np.ones(memory.steps)).unary]
+    lo, hi, fit, x = 0.0, scale, None, best
+    leanest = (float(usage.max()), best)
     for _ in range(options.penalty_rounds):
-        x = descend_and_refine(p, [best, lean], hi, options, executor)
-        if p.memory_of(x) <= limit:
+        over += np.maximum(usage - limit, 0.0) / limit
+        prices = memory.prices(hi * over)
+        x = descend_and_refine(problem, [x, best, lean], prices, options, executor)
+        usage = memory.usage(x)
+        leanest = min(leanest, (float(usage.max()), x))
+        log.debug("memory price %.3g: peak %s", hi, _gib(float(usage.max())))
+        if usage.max() <= limit:
             fit = x
             break
         lo, hi = hi, hi * 8
     if fit is None:
-        fit = lean
+        log.warning(
+            "no price of memory found a plan within %s; the leanest holds %s",
+            _gib(limit),
+            _gib(leanest[0]),
+        )
+        return leanest[1]
     for _ in range(options.bisections):
         mid = (lo + hi) / 2
-        x = descend_and_refine(p, [fit, best], mid, options, executor)
-        if p.memory_of(x) <= limit:
-            hi, fit = mid, pick(p, [fit, x], 0.0, options)
+        x = descend_and_refine(problem, [fit, best], memory.prices(mid * over), options, executor)
+        if memory.peak(x) <= limit:
+            hi, fit = mid, pick(problem, [fit, x], 0.0, options)
         else:
             lo = mid
     log.info(
-        "memory limit %s: plan uses %s (unconstrained best %s)",
+        "memory limit %s: peak %s (unconstrained best %s)",
         _gib(limit),
-        _gib(p.memory_of(fit)),
-        _gib(p.memory_of(best)),
+        _gib(memory.peak(fit)),
+        _gib(memory.peak(best)),
     )
     return fit

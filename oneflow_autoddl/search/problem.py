@@ -16,7 +16,7 @@ is always exact.
 
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from ..ir import Graph, Tensor
 from ..rules import same_sbp_inputs
 from ..sbp import NdSbp, Signature
 from .eliminate import Factor
+from .prices import StepPrices
 from .ties import tie_ops
 from .units import Unit, build_units, fill_candidates
 
@@ -52,6 +53,7 @@ class Weights:
 
 
 SERIAL = Weights()
+Price = Union[float, StepPrices]  # of memory: per byte across the step, or per time step
 
 
 @dataclass
@@ -354,7 +356,11 @@ class Problem:
         return chunks + [current]
 
     # -- objective -----------------------------------------------------------------------------
-    def unary(self, memory_weight: float = 0.0) -> List[np.ndarray]:
+    def unary(self, memory_weight: "Price" = 0.0) -> List[np.ndarray]:
+        """Compute time plus the price of memory: `memory_weight` seconds per byte held across
+        the step, or a price per time step (search.prices)."""
+        if isinstance(memory_weight, StepPrices):
+            return [c + e for c, e in zip(self.compute, memory_weight.unary)]
         if memory_weight == 0.0:
             return self.compute
         if memory_weight not in self._priced:
@@ -362,6 +368,12 @@ class Problem:
                 c + memory_weight * m for c, m in zip(self.compute, self.memory)
             ]
         return self._priced[memory_weight]
+
+    def memory_cost(self, x: Sequence[int], memory_weight: "Price") -> float:
+        """What the price of memory adds to the objective at x."""
+        if isinstance(memory_weight, StepPrices):
+            return float(sum(e[x[v]] for v, e in enumerate(memory_weight.unary)))
+        return memory_weight * self.memory_of(x) if memory_weight else 0.0
 
     def _gather(self, key: tuple, make) -> "Gather":
         if key not in self._gathers:
@@ -386,7 +398,7 @@ class Problem:
         return self._weighted[weights]
 
     def objective(
-        self, x: Sequence[int], memory_weight: float = 0.0, weights: Weights = SERIAL
+        self, x: Sequence[int], memory_weight: "Price" = 0.0, weights: Weights = SERIAL
     ) -> float:
         """Compute (plus the price of memory) and every factor's boxing, at x."""
         unary = self._gather(
@@ -403,7 +415,7 @@ class Problem:
         x: Sequence[int],
         var: int,
         k: int,
-        memory_weight: float = 0.0,
+        memory_weight: "Price" = 0.0,
         weights: Weights = SERIAL,
     ) -> float:
         """What setting `var` to candidate k adds to objective(x, memory_weight, weights)."""
@@ -422,7 +434,7 @@ class Problem:
         self,
         x: Sequence[int],
         var: int,
-        memory_weight: float = 0.0,
+        memory_weight: "Price" = 0.0,
         weights: Weights = SERIAL,
     ) -> np.ndarray:
         """`change(x, var, k, ...)` for every candidate k of `var` at once (a factor holds each of

@@ -18,7 +18,7 @@ import numpy as np
 from .descend import descent, objectives
 from .executor import Executor
 from .options import SearchOptions
-from .problem import Problem, Weights
+from .problem import Price, Problem, Weights
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ Assignment = List[int]
 def pick(
     problem: Problem,
     candidates: Sequence[Assignment],
-    memory_weight: float,
+    memory_weight: Price,
     options: SearchOptions,
     experts: Sequence[Assignment] = (),
 ) -> Assignment:
@@ -43,7 +43,7 @@ def pick(
     fastest: Tuple[int, ...] = ()
     step = 0.0  # the fastest's step time (not its price)
     for x in sorted(candidates, key=lambda y: p.objective(y, memory_weight)):
-        price = memory_weight * p.memory_of(x)
+        price = p.memory_cost(x, memory_weight)
         least = scored[fastest][0] if fastest else math.inf
         if tuple(x) in scored or p.compute_of(x) + price >= least + options.bytes_tie * step:
             continue
@@ -72,7 +72,7 @@ def pick(
 
 
 def fewer_bytes(
-    problem: Problem, x: Assignment, memory_weight: float, options: SearchOptions
+    problem: Problem, x: Assignment, memory_weight: Price, options: SearchOptions
 ) -> List[Assignment]:
     """x with one variable changed where that moves fewer bytes, and where some objective's
     rise is within what `pick` would pay for the bytes saved: the `byte_moves_offered` that save
@@ -106,7 +106,7 @@ def fewer_bytes(
 def thinner(
     problem: Problem,
     pool: List[Assignment],
-    memory_weight: float,
+    memory_weight: Price,
     options: SearchOptions,
     experts: Sequence[Assignment],
 ) -> Assignment:
@@ -123,7 +123,7 @@ def thinner(
 
 
 def _descend_from(
-    problem: Problem, memory_weight: float, options: SearchOptions, x: Assignment, w: Weights
+    problem: Problem, memory_weight: Price, options: SearchOptions, x: Assignment, w: Weights
 ) -> Assignment:
     return descent(problem, memory_weight, w, options).run(x)
 
@@ -132,7 +132,7 @@ def refine(
     problem: Problem,
     found: List[Assignment],
     starts: Sequence[Assignment],
-    memory_weight: float,
+    memory_weight: Price,
     options: SearchOptions,
     executor: Executor,
 ) -> Assignment:

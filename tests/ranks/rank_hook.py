@@ -61,7 +61,7 @@ def compare(
         graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
         dp = _train(graph, inputs, steps)
         dp_seconds = time.perf_counter() - start
-        held = describe(read_job(graph._full_graph_proto), cluster).predicted.memory_per_device
+        held = describe(read_job(graph._full_graph_proto), cluster).predicted.peak_memory_per_device
         graph, inputs = rank_models.build(
             model,
             mesh,

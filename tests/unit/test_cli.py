@@ -76,7 +76,7 @@ def test_vgg16_on_a_2d_mesh(tmp_path):
         ),
         (
             ["--model", "gpt", "--memory-per-device", "20KiB", "--batch-size", "8"],
-            "leanest plan needs",
+            "the least memory any plan holds at its peak is",
         ),
     ],
 )

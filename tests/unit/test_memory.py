@@ -206,21 +206,22 @@ def test_no_plan_fitting_names_the_least_memory_and_what_it_is_made_of():
 
     from oneflow_autoddl.errors import PlanningError
     from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.search.fit import Memory
 
     g = build_gpt(2, 1024, 16, 256, 50257, 64, (4,))
-    lean = build_problem(g, load_cluster("dgx-a100")).min_memory()
+    lean = float(Memory(build_problem(g, load_cluster("dgx-a100"))).least().max())
     with pytest.raises(PlanningError) as e:
         plan(g, "dgx-a100", memory_limit=0.9 * lean)
     message = str(e.value)
-    need = float(re.search(r"leanest plan needs ([\d.]+) GiB per device", message).group(1))
+    need = float(re.search(r"holds at its peak is ([\d.]+) GiB", message).group(1))
     parts = dict(
         (kind, float(gib))
         for kind, gib in re.findall(
-            r"(parameters|optimizer state|gradients|activations) "
+            r"(parameters|optimizer state|gradients|activations|buffers) "
             r"([\d.]+) GiB",
             message,
         )
     )
-    assert set(parts) == {"parameters", "optimizer state", "gradients", "activations"}
+    assert {"parameters", "optimizer state", "activations"} <= set(parts)
     assert sum(parts.values()) == pytest.approx(need, abs=0.004)
     assert need == pytest.approx(lean / 2**30, abs=0.001)

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from oneflow_autoddl.cost.cluster import cluster_from_json, load_cluster
+from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.cost.model import INFEASIBLE, CostModel
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import flat_seed, plan, search
@@ -18,6 +18,7 @@ from oneflow_autoddl.search.descend import descent, objectives
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.executor import SERIAL as HERE
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
+from oneflow_autoddl.search.fit import Memory
 from oneflow_autoddl.search.options import SearchOptions
 from oneflow_autoddl.search.problem import SERIAL, Problem, Weights, build_problem
 from oneflow_autoddl.search.seeds import seeds
@@ -366,25 +367,25 @@ def test_zero_baseline_shards_every_parameter(cpu):
 
 
 def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
-    """A GPT trained with Adam: a limit below the fastest plan's memory must shard more. (On a
-    cluster whose boxing hides behind compute, sharding everything is already fastest.)"""
+    """A GPT trained with Adam on Piz Daint, where replicating every op is fastest: a limit below
+    that plan's peak memory must shard parameters, and a limit below the least memory any plan
+    holds at its peak is refused, naming it."""
 
     def big():
-        return build_gpt(layers=2, hidden=256, heads=4, seq_len=32, vocab=512, batch=8, mesh=(4,))
+        return build_gpt(layers=2, hidden=512, heads=4, seq_len=8, vocab=512, batch=4, mesh=(4,))
 
-    data = load_cluster("dgx-a100").to_json()
-    data["device"]["comm_overlap"] = 0.0
-    cluster = cluster_from_json(data)
+    cluster = load_cluster("piz-daint")
     free = plan(big(), cluster)
-    lean = build_problem(big(), cluster).min_memory()
-    assert free.predicted.memory_per_device > 1.5 * lean
-    limit = (free.predicted.memory_per_device + lean) / 2
+    sharded = free.baselines["megatron"].peak_memory_per_device  # a plan that exists
+    assert free.predicted.peak_memory_per_device > 1.5 * sharded
+    limit = (free.predicted.peak_memory_per_device + sharded) / 2
     tight = plan(big(), cluster, memory_limit=limit)
-    assert tight.predicted.memory_per_device <= limit
+    assert tight.predicted.peak_memory_per_device <= limit
     assert sum(s != "B" for s in tight.variables.values()) > sum(
         s != "B" for s in free.variables.values()
     )
-    with pytest.raises(PlanningError, match=r"leanest plan needs 0\.\d+ GiB"):
+    lean = float(Memory(build_problem(big(), cluster)).least().max())  # no plan holds less
+    with pytest.raises(PlanningError, match=r"holds at its peak is 0\.\d+ GiB"):
         plan(big(), cluster, memory_limit=lean * 0.9)
 
 
