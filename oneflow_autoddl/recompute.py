@@ -77,28 +77,48 @@ def recomputed_ops(graph: Graph, scope: str, forward: Optional[Set[str]] = None)
 
 def recompute_graph(graph: Graph, scopes: Sequence[str]) -> Graph:
     """`graph` with the modules at `scopes` recomputed in backward, as OneFlow's pass rewrites the
-    Job (see the module doc); a scope with no backward reader is left as it is."""
+    Job (see the module doc); a scope with no backward reader is left as it is. The copies of a
+    module go right before its first backward reader, after any other module's put there."""
     ops = dict(graph.ops)
     tensors = {lbn: replace(t, consumers=[]) for lbn, t in graph.tensors.items()}
-    order = list(graph.ops)
+    position = {name: i for i, name in enumerate(graph.ops)}
     forward = forward_pass(graph)
+    members = _members(graph, scopes, forward)
+    before: Dict[str, List[str]] = {}  # first backward reader -> the copies that go before it
     for scope in scopes:
-        names = set(recomputed_ops(graph, scope, forward))
+        names = set(members[scope])
         if not names:
             raise PlanningError(
                 f"no forward op of module {scope!r} to recompute: name a module of the graph "
                 f"(e.g. {_example_scope(graph)})"
             )
-        readers = _backward_readers(ops, names, tensors, forward)
+        readers = backward_readers(graph, names, forward)
         if not readers:
             continue
-        copies = [_copy(ops[n], names, tensors) for n in order if n in names]
+        copies = [_copy(ops[n], names, tensors) for n in members[scope]]
         for name in readers:
             ops[name] = _rewired(ops[name], names, tensors)
-        first = min(order.index(name) for name in readers)
-        order[first:first] = [c.name for c in copies]
+        first = min(readers, key=position.__getitem__)
+        before.setdefault(first, []).extend(c.name for c in copies)
         ops.update({c.name: c for c in copies})
+    order = [m for n in graph.ops for m in before.get(n, []) + [n]]
     return Graph(graph.name, [ops[n] for n in order], tensors.values())
+
+
+def _members(graph: Graph, scopes: Sequence[str], forward: Set[str]) -> Dict[str, List[str]]:
+    """recomputed_ops of every scope, in one pass over the graph."""
+    wanted = {scope: [] for scope in scopes}  # type: Dict[str, List[str]]
+    for op in graph.ops.values():
+        if not (op.name in forward and op.role == "forward" and op.scope):
+            continue
+        if op.type in NOT_RECOMPUTED or op.type.endswith("_conf"):
+            continue
+        parts = op.scope.split(".")
+        for depth in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:depth])
+            if prefix in wanted:
+                wanted[prefix].append(op.name)
+    return wanted
 
 
 def _example_scope(graph: Graph) -> str:
@@ -107,21 +127,21 @@ def _example_scope(graph: Graph) -> str:
 
 
 def backward_readers(graph: Graph, names: Set[str], forward: Set[str]) -> List[str]:
-    """The ops of the backward pass that read an output of the ops `names` (recomputed)."""
-    return _backward_readers(graph.ops, names, graph.tensors, forward)
-
-
-def _backward_readers(
-    ops: Dict[str, Op], names: Set[str], tensors: Dict[str, Tensor], forward: Set[str]
-) -> List[str]:
-    """Ops of the backward pass reading an output of the recomputed ops."""
+    """The ops of the backward pass that read an output of the ops `names` (recomputed), in the
+    graph's order."""
+    found = {
+        consumer
+        for name in names
+        for lbn in graph.op(name).outputs.values()
+        for consumer, _ in graph.tensor(lbn).consumers
+    }
     return [
         name
-        for name, op in ops.items()
-        if name not in forward
-        and op.role in ("forward", "backward")
+        for name in graph.ops
+        if name in found
+        and name not in forward
+        and graph.op(name).role in ("forward", "backward")
         and not name.startswith(PREFIX)
-        and any(tensors[lbn].producer in names for lbn in op.inputs.values())
     ]
 
 
