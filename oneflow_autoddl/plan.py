@@ -24,6 +24,11 @@ class Predicted:
     exposed_comm_s: float  # of comm_time_s, what compute waits for (the rest overlaps it)
     bytes_per_device: float
     memory_per_device: float
+    inter_node_bytes_per_device: float = 0.0  # of bytes_per_device, sent to other nodes
+
+    @property
+    def intra_node_bytes_per_device(self) -> float:
+        return self.bytes_per_device - self.inter_node_bytes_per_device
 
     @classmethod
     def of(cls, breakdown) -> "Predicted":
@@ -34,6 +39,7 @@ class Predicted:
             breakdown.exposed_comm_time,
             breakdown.bytes_per_device,
             breakdown.memory_per_device,
+            breakdown.inter_node_bytes_per_device,
         )
 
 

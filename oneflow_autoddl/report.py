@@ -41,6 +41,7 @@ def comparison_rows(plan: Plan) -> List[List[str]]:
             _ms(p.comm_time_s),
             _ms(p.exposed_comm_s),
             _mib(p.bytes_per_device),
+            _mib(p.inter_node_bytes_per_device),
             _mib(p.memory_per_device),
             fits,
         ]
@@ -59,6 +60,7 @@ def comparison_table(plan: Plan) -> str:
         "comm ms",
         "not overlapped ms",
         "MiB sent/device",
+        "of which across nodes",
         "MiB memory/device",
         "fits",
         "time / DP",
@@ -75,8 +77,8 @@ def summary(plan: Plan) -> str:
         f"{len(plan.unplanned_ops)} left to OneFlow, search {plan.search_time_s:.2f} s",
         f"predicted step {_ms(p.step_time_s)} ms (compute {_ms(p.compute_time_s)}, communication "
         f"{_ms(p.comm_time_s)} of which {_ms(p.exposed_comm_s)} not overlapped), "
-        f"{_mib(p.bytes_per_device)} MiB sent and {_mib(p.memory_per_device)} MiB "
-        f"held per device",
+        f"{_mib(p.bytes_per_device)} MiB sent ({_mib(p.inter_node_bytes_per_device)} across "
+        f"nodes) and {_mib(p.memory_per_device)} MiB held per device",
         comparison_table(plan),
     ]
     lines += [f"note: {n}" for n in plan.notes]
@@ -120,10 +122,10 @@ def transfer_table(plan: Plan, limit: int = 10) -> str:
             t["from"],
             ", ".join(t["to"]) or "(another placement)",
             _mib(t["bytes"]),
+            _mib(t.get("inter_node_bytes", 0.0)),
             _ms(t["time_s"]),
         ]
         for t in plan.transfers[:limit]
     ]
-    return tabulate(
-        rows, headers=["tensor", "shape", "from", "to", "MiB/device", "ms"], tablefmt="github"
-    )
+    headers = ["tensor", "shape", "from", "to", "MiB/device", "across nodes", "ms"]
+    return tabulate(rows, headers=headers, tablefmt="github")

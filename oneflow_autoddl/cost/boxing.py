@@ -172,6 +172,14 @@ def oneflow_lazy_cost(
     return _TC + _lazy_1d(diff[0], diff[1], t_eff, h_diff, True)
 
 
+# (mesh axes a move runs along, its collective) -> the share of its bytes sent across nodes
+Crossing = Callable[[Tuple[int, ...], str], float]
+
+
+def no_crossing(dims: Tuple[int, ...], kind: str) -> float:
+    return 0.0
+
+
 def _direct_cost(
     src: NdSbp,
     dst: NdSbp,
@@ -179,11 +187,13 @@ def _direct_cost(
     nbytes: float,
     axes: Sequence[AxisLinks],
     axis_cost: AxisCost,
+    crossing: Crossing = no_crossing,
 ) -> Transfer:
     """One hop: a 1-D move on each (possibly merged) mesh axis that changes, last axis first.
 
     OneFlow does a hop with one changing axis as that 1-D move in every group; a hop that
     changes both axes only exists on CUDA (NCCL send/recv), costed as the two moves in turn.
+    Each move's bytes across nodes are its `crossing` share.
     """
     hierarchy = [a.size for a in axes]
     numel = math.prod(shape)
@@ -193,7 +203,10 @@ def _direct_cost(
             continue
         share = math.prod(hierarchy[k] for k, s in enumerate(state) if k not in ds and s.is_split)
         link = min((axes[d].link for d in ds), key=lambda link: link.bandwidth)
-        total = total + axis_cost(a, b, nbytes / share, numel / share, n, link)
+        move = axis_cost(a, b, nbytes / share, numel / share, n, link)
+        if move.bytes and a.kind != "B":
+            move = move.crossing(crossing(tuple(ds), collective_of(a, b)))
+        total = total + move
         for d in ds:
             state[d] = b
     return total
@@ -306,6 +319,7 @@ class TransitionTable:
         axes: Sequence[AxisLinks],
         axis_cost: AxisCost,
         cpu_builders: bool = False,
+        crossing: Crossing = no_crossing,
     ):
         self.shape, self.nbytes, self.axes, self.axis_cost = (
             tuple(shape),
@@ -313,7 +327,7 @@ class TransitionTable:
             tuple(axes),
             axis_cost,
         )
-        self.cpu_builders = cpu_builders
+        self.cpu_builders, self.crossing = cpu_builders, crossing
         self.hierarchy = tuple(a.size for a in axes)
         alphabet = [B, P] + [S(i) for i in range(len(shape))]
         self.states = [
@@ -392,5 +406,7 @@ class TransitionTable:
             return None
         total = FREE
         for a, b in zip(path, path[1:]):
-            total = total + _direct_cost(a, b, self.shape, self.nbytes, self.axes, self.axis_cost)
+            total = total + _direct_cost(
+                a, b, self.shape, self.nbytes, self.axes, self.axis_cost, self.crossing
+            )
         return total

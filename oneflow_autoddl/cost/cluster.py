@@ -9,6 +9,7 @@ presets/*.json for the schema by example, with the figures' sources.
 """
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -261,15 +262,39 @@ class AxisLinks:
     crosses_nodes: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MeshMapping:
     cluster: Cluster
     mesh: Mesh
     axes: Tuple[AxisLinks, ...]
+    node_of: np.ndarray  # the node of each mesh position
 
     @property
     def nodes_used(self) -> int:
         return -(-mesh_size(self.mesh) // self.cluster.devices_per_node)
+
+    def crossing_share(self, dims: Sequence[int], ring: bool) -> float:
+        """Of the bytes a device sends in one collective over the groups along mesh axes `dims`
+        (merged, as OneFlow merges axes that change alike), the share sent to other nodes,
+        averaged over devices. Where each device sends a piece to each peer (OneFlow's CPU
+        boxing, NCCL's all-to-all), a device sends to the peers on other nodes their share of
+        its peers; in a ring (NCCL's other collectives) the pieces cross nodes on the edges
+        between a node's ranks and the next node's, one per node the group spans."""
+        dims = sorted(dims)
+        size = math.prod(self.mesh[d] for d in dims)
+        if size < 2:
+            return 0.0
+        moved = np.moveaxis(self.node_of, dims, list(range(-len(dims), 0)))
+        shares = []
+        for group in moved.reshape(-1, size):
+            counts = np.unique(group, return_counts=True)[1]
+            if len(counts) == 1:
+                shares.append(0.0)
+            elif ring:
+                shares.append(len(counts) / size)
+            else:
+                shares.append(float(sum(c * (size - c) for c in counts)) / (size * (size - 1)))
+        return float(np.mean(shares))
 
 
 def map_mesh(
@@ -316,4 +341,4 @@ def map_mesh(
             )
         crosses = len(next(iter(spread))) > 1
         axes.append(AxisLinks(size, cluster.inter if crosses else cluster.intra, crosses))
-    return MeshMapping(cluster, mesh, tuple(axes))
+    return MeshMapping(cluster, mesh, tuple(axes), grid)

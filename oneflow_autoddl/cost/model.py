@@ -27,13 +27,23 @@ class CostModel:
         ranks: Optional[Sequence[int]] = None,
         ranks_per_node: Optional[int] = None,
     ):
-        self.cluster = cluster
         self.ranks_per_node = ranks_per_node
+        self.cluster = cluster
         self.mapping: MeshMapping = map_mesh(cluster, mesh, ranks, ranks_per_node)
         self.mesh = tuple(mesh)
         self.axis_cost = AXIS_COSTS[cluster.backend]
         self._tables: Dict[Tuple, TransitionTable] = {}
         self._cache: Dict[Tuple, Transfer] = {}
+        self._shares: Dict[Tuple, float] = {}
+
+    def crossing(self, dims: Tuple[int, ...], kind: str) -> float:
+        """The share of a collective's bytes along mesh axes `dims` that crosses nodes: NCCL runs
+        all but the all-to-all as rings, OneFlow's CPU boxing sends to each peer directly."""
+        ring = self.cluster.backend == "nccl" and kind != "all_to_all"
+        key = (dims, ring)
+        if key not in self._shares:
+            self._shares[key] = self.mapping.crossing_share(dims, ring)
+        return self._shares[key]
 
     def _canonical(self, nd: NdSbp) -> NdSbp:
         """SBP on a mesh axis of one device is meaningless: call it B."""
@@ -50,6 +60,7 @@ class CostModel:
                 self.mapping.axes,
                 self.axis_cost,
                 cpu_builders=self.cluster.backend == "oneflow-cpu",
+                crossing=self.crossing,
             )
         return table
 
