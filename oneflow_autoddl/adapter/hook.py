@@ -20,7 +20,7 @@ import oneflow as flow
 from oneflow.nn.graph.graph_block import GraphTensor
 from oneflow.nn.graph.graph_config import GraphConfig
 
-from ..cost.cluster import load_cluster
+from ..cost.cluster import Cluster, check_launch, load_cluster
 from ..errors import ConfigError
 from ..ir import Graph
 from ..plan import Plan, PlanMismatch
@@ -64,15 +64,19 @@ def set_auto_parallel_planner(self, planner: str = "autoddl"):
 
 
 def set_auto_parallel_cluster(self, cluster: str):
-    """Cluster preset name (dgx-a100, dgx-h100, piz-daint, cpu-local) or a cluster JSON file."""
-    load_cluster(cluster)  # fail here, with the reason, rather than at compile
+    """Cluster preset name (dgx-a100, dgx-h100, piz-daint, cpu-local) or a cluster JSON file;
+    refused here, with the reason, if it is malformed or cannot describe this launch's nodes."""
+    launch_ranks_per_node(load_cluster(cluster), _settings(self).ranks_per_node)
     _settings(self).cluster = cluster
 
 
 def set_auto_parallel_ranks_per_node(self, ranks: int):
-    """How many consecutive ranks share a node (default: the cluster's devices per node)."""
+    """How many consecutive ranks share a node (default: the launch's, as OneFlow's launcher
+    placed them; on one node, this groups its ranks into nodes to plan for)."""
     if ranks < 1:
         raise ConfigError(f"ranks per node must be >= 1, not {ranks}")
+    if _settings(self).cluster:
+        launch_ranks_per_node(load_cluster(_settings(self).cluster), ranks)
     _settings(self).ranks_per_node = ranks
 
 
@@ -136,15 +140,22 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
                 graph.name,
                 e,
             )
-    cluster = settings.cluster or _default_cluster(mesh.device)
+    cluster = load_cluster(settings.cluster or _default_cluster(mesh.device))
     return make_plan(
         ir,
         cluster,
         memory_limit=settings.memory_per_device,
         hold=_hold(graph, ir, settings),
-        ranks_per_node=settings.ranks_per_node,
+        ranks_per_node=launch_ranks_per_node(cluster, settings.ranks_per_node),
         strategy=settings.planner,
     )
+
+
+def launch_ranks_per_node(cluster: Cluster, asked: Optional[int] = None) -> int:
+    """The ranks per node to plan this launch with on `cluster` (cost.cluster.check_launch: a
+    cluster that cannot describe the launch is refused, naming both)."""
+    nodes = flow.env.get_node_size()
+    return check_launch(cluster, nodes, flow.env.get_world_size() // nodes, asked)
 
 
 def _on_rank0(fn):

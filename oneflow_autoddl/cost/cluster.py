@@ -82,6 +82,9 @@ class Cluster:
     comm_overlap: float = (
         0.0  # fraction of a boxing's time the device computes through (cost.schedule)
     )
+    # CPU cores of a node, where its devices are CPU ranks that share them (cost.sharing); the
+    # figures above are then those of devices_per_node ranks on the node at once
+    cores_per_node: Optional[int] = None
 
     @property
     def concurrent_boxing(self) -> bool:
@@ -105,6 +108,7 @@ class Cluster:
             "backend": self.backend,
             "nodes": self.nodes,
             "devices_per_node": self.devices_per_node,
+            **({"cores_per_node": self.cores_per_node} if self.cores_per_node else {}),
             "source": self.source,
             "device": {
                 "name": self.device_name,
@@ -213,6 +217,12 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
             f"not {overlap!r}"
         )
     dpn = _field(data, "devices_per_node", int)
+    cores = _field(data, "cores_per_node", int) if "cores_per_node" in data else None
+    if cores is not None and backend != "oneflow-cpu":
+        raise ClusterError(
+            "cluster field 'cores_per_node' describes CPU ranks sharing a node's cores: "
+            f"only for backend 'oneflow-cpu', not {backend!r}"
+        )
     return Cluster(
         name=_field(data, "name", str),
         backend=backend,
@@ -228,6 +238,7 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
         kernel_bandwidth={k: float(v) for k, v in kernels.items()},
         op_overhead=overhead,
         comm_overlap=overlap,
+        cores_per_node=cores,
     )
 
 
@@ -342,3 +353,29 @@ def map_mesh(
         crosses = len(next(iter(spread))) > 1
         axes.append(AxisLinks(size, cluster.inter if crosses else cluster.intra, crosses))
     return MeshMapping(cluster, mesh, tuple(axes), grid)
+
+
+def check_launch(
+    cluster: Cluster, nodes: int, ranks_per_node: int, asked: Optional[int] = None
+) -> int:
+    """The ranks per node to plan a launch of `nodes` nodes of `ranks_per_node` ranks with on
+    `cluster`: the launch's, or on one node those `asked` for (which groups its ranks into
+    nodes to plan for). Refused, with both figures named: a cluster with fewer nodes or devices
+    per node than the launch, or ranks per node asked for that differ from a multi-node
+    launch's. A launch on part of a cluster is fine."""
+    if asked is not None:
+        if nodes > 1 and asked != ranks_per_node:
+            raise ClusterError(
+                f"ranks per node {asked} was asked for, but the launch runs {ranks_per_node} "
+                f"ranks on each of its {nodes} nodes: leave it out, or give {ranks_per_node}"
+            )
+        return asked
+    if ranks_per_node > cluster.devices_per_node or nodes > cluster.nodes:
+        raise ClusterError(
+            f"the launch runs {nodes} node(s) x {ranks_per_node} ranks, but cluster "
+            f"{cluster.name!r} describes {cluster.nodes} node(s) x {cluster.devices_per_node} "
+            f"devices: give a cluster file with at least {nodes} node(s) of {ranks_per_node} "
+            "devices (on CPU ranks, `python -m oneflow_autoddl calibrate` with the launch's "
+            "--nproc and --nnodes writes one)"
+        )
+    return ranks_per_node

@@ -9,11 +9,13 @@ import math
 from typing import Dict, Optional, Sequence, Tuple
 
 from ..ir import DTYPE_BYTES, Graph, Op
+from ..mesh import mesh_size
 from ..sbp import B, NdSbp, Signature
 from . import compute
 from .boxing import AXIS_COSTS, TransitionTable
 from .cluster import Cluster, MeshMapping, map_mesh
 from .collectives import Transfer
+from .sharing import for_ranks
 
 INFEASIBLE = 1e30  # seconds: a transition OneFlow cannot perform
 NO_TRANSFER = Transfer(0.0, 0.0)
@@ -28,8 +30,9 @@ class CostModel:
         ranks_per_node: Optional[int] = None,
     ):
         self.ranks_per_node = ranks_per_node
-        self.cluster = cluster
-        self.mapping: MeshMapping = map_mesh(cluster, mesh, ranks, ranks_per_node)
+        on_node = min(mesh_size(mesh), ranks_per_node or cluster.devices_per_node)
+        self.cluster = for_ranks(cluster, on_node)  # the figures for this many ranks on a node
+        self.mapping: MeshMapping = map_mesh(self.cluster, mesh, ranks, ranks_per_node)
         self.mesh = tuple(mesh)
         self.axis_cost = AXIS_COSTS[cluster.backend]
         self._tables: Dict[Tuple, TransitionTable] = {}

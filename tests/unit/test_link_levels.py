@@ -2,6 +2,7 @@
 
 import pytest
 
+from oneflow_autoddl.cost.cluster import ClusterError, check_launch
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.sbp import parse_nd
 from tests.unit.test_cost import cluster
@@ -66,3 +67,19 @@ def test_fewer_ranks_per_node_than_devices_move_the_node_boundaries():
     halves = _moved("oneflow-cpu", (4,), "S(0)", "B", dpn=4, ranks_per_node=2)
     assert whole.inter_node_bytes == 0
     assert halves.inter_node_bytes == pytest.approx(halves.bytes * 2 / 3)
+
+
+def test_a_cluster_that_cannot_describe_the_launch_is_refused_naming_both():
+    two_by_two = cluster("oneflow-cpu", dpn=2, nodes=2)
+    assert check_launch(two_by_two, 2, 2) == 2
+    assert check_launch(two_by_two, 1, 2) == 2  # part of a cluster
+    with pytest.raises(ClusterError, match=r"2 node\(s\) x 2 ranks.* 1 node\(s\) x 4 devices"):
+        check_launch(cluster("oneflow-cpu", dpn=4, nodes=1), 2, 2)
+    with pytest.raises(ClusterError, match=r"1 node\(s\) x 4 ranks.* 2 node\(s\) x 2 devices"):
+        check_launch(two_by_two, 1, 4)
+    with pytest.raises(ClusterError, match="ranks per node 4 was asked for.* runs 2 ranks"):
+        check_launch(two_by_two, 2, 2, asked=4)
+
+
+def test_on_one_node_ranks_per_node_asked_for_group_its_ranks_into_nodes():
+    assert check_launch(cluster("oneflow-cpu", dpn=2, nodes=2), 1, 4, asked=2) == 2
