@@ -2,7 +2,7 @@
 
 import pytest
 
-from oneflow_autoddl.cost.cluster import ClusterError, cluster_from_json
+from oneflow_autoddl.cost.cluster import ClusterError, cluster_from_json, load_cluster
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.cost.sharing import for_ranks
 from tests.unit.test_cost import cluster
@@ -59,3 +59,7 @@ def test_cores_are_for_cpu_clusters_and_round_trip():
     data["cores_per_node"] = 8
     with pytest.raises(ClusterError, match="cores_per_node.*oneflow-cpu"):
         cluster_from_json(data)
+
+
+def test_the_committed_cpu_calibration_knows_its_cores():
+    assert load_cluster("cpu-local").cores_per_node >= 1
