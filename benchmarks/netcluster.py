@@ -331,12 +331,12 @@ def launch(
     commands = [
         node_command(cluster, k, nproc_per_node, port) + list(args) for k in range(cluster.nodes)
     ]
-    return _checked(
+    return check(
         cluster, " ".join(args), run_per_node(cluster, commands, timeout, cwd, env), timeout
     )
 
 
-def _checked(cluster, what: str, results, timeout: float) -> List[str]:
+def check(cluster, what: str, results, timeout: float) -> List[str]:
     if all(code == 0 for code, _ in results):
         return [output for _, output in results]
     lines = []
@@ -485,7 +485,7 @@ def _main(args) -> int:
         else:
             port = free_port()
             commands = [fill(cmd, cluster, k, port) for k in range(cluster.nodes)]
-            outputs = _checked(
+            outputs = check(
                 cluster, " ".join(cmd), run_per_node(cluster, commands, args.timeout), args.timeout
             )
         for node, output in enumerate(outputs):
