@@ -301,6 +301,8 @@ def _in(cluster: NetCluster, node: int, cmd: List[str]) -> List[str]:
     return ["ip", "netns", "exec", cluster.namespace(node)] + list(cmd)
 
 
+# what marks a rank's failure in its output (OneFlow's fatal checks, Python's exceptions)
+ERRORS = re.compile(r"Check failed|Error|SystemExit|calibrate could not|Traceback")
 GRACE_S = 20  # how long the other nodes may take to notice one has failed before they are killed
 
 
@@ -342,7 +344,12 @@ def check(cluster, what: str, results, timeout: float) -> List[str]:
     lines = []
     for node, (code, output) in enumerate(results):
         status = f"timed out after {timeout:.0f} s" if code is None else f"exited with {code}"
-        lines.append(f"node {node} ({cluster.namespace(node)}) {status}:\n{output[-3000:]}")
+        first = [line for line in output.splitlines() if ERRORS.search(line)][:8]
+        lines.append(
+            f"node {node} ({cluster.namespace(node)}) {status}; first errors:\n"
+            + "\n".join(first)
+            + f"\nits output's end:\n{output[-3000:]}"
+        )
     raise RankFailure(f"{what} on {cluster.nodes} emulated nodes:\n" + "\n".join(lines))
 
 
