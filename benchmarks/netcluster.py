@@ -327,15 +327,22 @@ def launch(
     env: Optional[Dict[str, str]] = None,
 ) -> List[str]:
     """`python -m oneflow.distributed.launch ... ARGS` on every node (a script and its flags, or
-    `-m module ...`); each node's output. RankFailure, with the outputs' tails, when a node
-    fails or the run outlasts `timeout`."""
+    `-m module ...`), with `cwd` (default: this one, the repository's root) first on the ranks'
+    PYTHONPATH, so they import its oneflow_autoddl; each node's output. RankFailure, with the
+    outputs' tails, when a node fails or the run outlasts `timeout`."""
     port = free_port()
     commands = [
         node_command(cluster, k, nproc_per_node, port) + list(args) for k in range(cluster.nodes)
     ]
+    env = _with_path(env or dict(os.environ), [cwd or os.getcwd()])
     return check(
         cluster, " ".join(args), run_per_node(cluster, commands, timeout, cwd, env), timeout
     )
+
+
+def _with_path(env: Dict[str, str], roots: Sequence[str]) -> Dict[str, str]:
+    paths = [os.path.abspath(p) for p in roots] + [env.get("PYTHONPATH", "")]
+    return dict(env, PYTHONPATH=os.pathsep.join(paths).rstrip(os.pathsep))
 
 
 def check(cluster, what: str, results, timeout: float) -> List[str]:
@@ -363,14 +370,8 @@ def run_on_nodes(
 ) -> List[Any]:
     """oneflow_autoddl.launch.run_on_ranks across the emulated nodes: `module:function(**kwargs)`
     on nproc_per_node ranks in every node; the results in rank order (node-major)."""
-    roots = [os.path.abspath(p) for p in (paths or [os.getcwd()])]
     with tempfile.TemporaryDirectory(prefix="autoddl-nodes-") as out_dir:
-        env = dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join(roots + [os.environ.get("PYTHONPATH", "")]).rstrip(
-                os.pathsep
-            ),
-        )
+        env = _with_path(dict(os.environ), paths or [os.getcwd()])
         port = free_port()
         rank_args = ["-m", "oneflow_autoddl.launch", out_dir, target, json.dumps(kwargs)]
         commands = [
