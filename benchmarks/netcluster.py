@@ -361,7 +361,7 @@ def check(cluster, what: str, results, timeout: float) -> List[str]:
 
 
 def run_on_nodes(
-    cluster: NetCluster,
+    net: NetCluster,
     target: str,
     nproc_per_node: int,
     timeout: float = 600,
@@ -375,15 +375,15 @@ def run_on_nodes(
         port = free_port()
         rank_args = ["-m", "oneflow_autoddl.launch", out_dir, target, json.dumps(kwargs)]
         commands = [
-            node_command(cluster, k, nproc_per_node, port) + rank_args for k in range(cluster.nodes)
+            node_command(net, k, nproc_per_node, port) + rank_args for k in range(net.nodes)
         ]
-        results = run_per_node(cluster, commands, timeout, cwd=out_dir, env=env)
+        results = run_per_node(net, commands, timeout, cwd=out_dir, env=env)
         codes = [code for code, _ in results]
         code = 0 if all(c == 0 for c in codes) else (None if None in codes else max(codes))
         log = "\n".join(f"node {k}:\n{out[-2000:]}" for k, (_, out) in enumerate(results))
         with open(os.path.join(out_dir, "launcher.log"), "w") as f:
             f.write(log)
-        return collect_results(out_dir, target, cluster.nodes * nproc_per_node, code, timeout)
+        return collect_results(out_dir, target, net.nodes * nproc_per_node, code, timeout)
 
 
 def fill(template: Sequence[str], cluster: NetCluster, node: int, port: int) -> List[str]:
