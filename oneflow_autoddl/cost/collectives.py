@@ -17,7 +17,7 @@ class Transfer:
     latency: float = (
         0.0  # of `time`, the alpha terms: waiting on peers, not moving bytes (cost.schedule)
     )
-    inter_node_bytes: float = 0.0  # of `bytes`, those sent to devices on other nodes
+    inter_node_bytes: float = 0.0  # sent to devices on other nodes, as the links carry them
 
     def __add__(self, other: "Transfer") -> "Transfer":
         return Transfer(
@@ -29,10 +29,6 @@ class Transfer:
 
     def scaled(self, k: float) -> "Transfer":
         return Transfer(self.bytes * k, self.time * k, self.latency * k, self.inter_node_bytes * k)
-
-    def crossing(self, share: float) -> "Transfer":
-        """This transfer with `share` of its bytes sent across nodes."""
-        return Transfer(self.bytes, self.time, self.latency, self.bytes * share)
 
 
 FREE = Transfer(0.0, 0.0)
