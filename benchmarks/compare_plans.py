@@ -30,7 +30,9 @@ PLANS = ["dp", "megatron", "native", "autoddl"]
 ALPHA = 0.01  # a pair is measured apart when the sign test's p-value is below this
 
 
-def run(meshes, models, steps=2, rounds=12):
+def run(meshes, models, steps=2, rounds=12, plans=PLANS, cluster="cpu-local", also_cost=()):
+    """Rows of rank_bench.measure for every mesh and model, the plans planned and predicted on
+    `cluster` (data parallel first), each also predicted on the clusters `also_cost`."""
     rows = []
     for mesh in meshes:
         for model in models:
@@ -39,29 +41,37 @@ def run(meshes, models, steps=2, rounds=12):
                 "benchmarks.rank_bench:measure",
                 mesh,
                 model=model,
-                plans=PLANS,
+                plans=list(plans),
                 steps=steps,
                 batch=batch,
                 sizes=sizes,
                 warmup=3,
                 rounds=rounds,
+                cluster=cluster,
+                costed_on=list(also_cost),
             )
-            group = []
-            for i in range(len(PLANS)):
-                r = dict(per_rank[0][i])
-                r["measured_bytes"] = statistics.mean(p[i]["measured_bytes"] for p in per_rank)
-                r["measured_step_s"] = max(p[i]["measured_step_s"] for p in per_rank)
-                r["block_step_s"] = [
-                    max(b) for b in zip(*(p[i]["block_step_s"] for p in per_rank))
-                ]  # slowest rank
-                group.append(r)
-            dp = group[0]
-            for r in group:
-                r["measured_step_s/dp"] = paired_ratio(r["block_step_s"], dp["block_step_s"])
-                for key in ("measured_bytes", "predicted_step_s", "predicted_bytes"):
-                    r[key + "/dp"] = r[key] / dp[key] if dp[key] else float("nan")
-            rows += group
+            rows += combine(per_rank)
     return rows
+
+
+def combine(per_rank):
+    """One row per plan from every rank's rows (rank_bench.measure, data parallel first): bytes
+    averaged over ranks, step times the slowest rank's, and each figure over data parallel's."""
+    group = []
+    for i in range(len(per_rank[0])):
+        r = dict(per_rank[0][i])
+        r["measured_bytes"] = statistics.mean(p[i]["measured_bytes"] for p in per_rank)
+        r["measured_step_s"] = max(p[i]["measured_step_s"] for p in per_rank)
+        r["block_step_s"] = [
+            max(b) for b in zip(*(p[i]["block_step_s"] for p in per_rank))
+        ]  # slowest rank
+        group.append(r)
+    dp = group[0]
+    for r in group:
+        r["measured_step_s/dp"] = paired_ratio(r["block_step_s"], dp["block_step_s"])
+        for key in ("measured_bytes", "predicted_step_s", "predicted_bytes"):
+            r[key + "/dp"] = r[key] / dp[key] if dp[key] else float("nan")
+    return group
 
 
 def paired_ratio(a, b) -> float:
@@ -99,12 +109,12 @@ def programs_of(group):
     ]
 
 
-def order_kept(rows):
-    """Per (model, mesh): do predicted and measured step times rank the programs alike, in all
-    and over the pairs the measurement separates?"""
+def order_kept(rows, by=("model", "mesh")):
+    """Per model and mesh (the row fields `by`): do predicted and measured step times rank the
+    programs alike, in all and over the pairs the measurement separates?"""
     out = []
-    for key in sorted({(r["model"], r["mesh"]) for r in rows}):
-        programs = programs_of([r for r in rows if (r["model"], r["mesh"]) == key])
+    for key in sorted({tuple(r[k] for k in by) for r in rows}):
+        programs = programs_of([r for r in rows if tuple(r[k] for k in by) == key])
         by_pred = [p["plan"] for p in sorted(programs, key=lambda p: p["predicted_step_s"])]
         by_meas = [p["plan"] for p in sorted(programs, key=lambda p: p["measured_step_s"])]
         pairs = [
@@ -119,8 +129,7 @@ def order_kept(rows):
         ]
         out.append(
             {
-                "model": key[0],
-                "mesh": key[1],
+                **dict(zip(by, key)),
                 "predicted order": " < ".join(by_pred),
                 "measured order": " < ".join(by_meas),
                 "same": by_pred == by_meas,
@@ -146,14 +155,32 @@ def main():
         default=12,
         help="turns every plan takes (sign test: 11 of 12 to separate)",
     )
+    parser.add_argument("--plans", default=",".join(PLANS), help="data parallel (dp) first")
+    parser.add_argument("--cluster", default="cpu-local", help="what AutoDDL plans for")
+    parser.add_argument(
+        "--also-cost", default="", help="clusters to predict every plan's step on as well"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    rows = run(args.meshes.split(","), args.models.split(","), args.steps, args.rounds)
+    also = [c for c in args.also_cost.split(",") if c]
+    rows = run(
+        args.meshes.split(","),
+        args.models.split(","),
+        args.steps,
+        args.rounds,
+        args.plans.split(","),
+        args.cluster,
+        also,
+    )
     for r in rows:
         r["measured_ms"], r["predicted_ms"] = (
             1e3 * r["measured_step_s"],
             1e3 * r["predicted_step_s"],
         )
+        r["predicted/measured"] = r["predicted_step_s"] / r["measured_step_s"]
+        for k, c in enumerate(also):
+            on = r["predicted_step_s_on"][c]
+            r[f"also{k}"] = on / r["measured_step_s"] if on else float("nan")
         q = statistics.quantiles(r["block_step_s"], n=4)
         r["blocks_ms"] = f"{1e3 * q[0]:.0f}-{1e3 * q[2]:.0f}"
         r["measured_mib"], r["predicted_mib"] = (
@@ -173,6 +200,8 @@ def main():
                 "measured_mib",
                 "measured_bytes/dp",
                 "predicted_ms",
+                "predicted/measured",
+                *(f"also{k}" for k in range(len(also))),
                 "predicted_step_s/dp",
                 "predicted_mib",
                 "predicted_bytes/dp",
@@ -187,6 +216,8 @@ def main():
                 "MiB sent",
                 "sent / DP",
                 "pred. step ms",
+                "pred. / measured",
+                *(f"pred. on {c} / measured" for c in also),
                 "pred. / DP",
                 "pred. MiB",
                 "pred. sent / DP",

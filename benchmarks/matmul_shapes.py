@@ -28,7 +28,7 @@ def rates(shapes):
     """On ranks: seconds per matmul of each shape (one stage holds two)."""
     import oneflow as flow
 
-    from oneflow_autoddl.adapter.calibrate import broadcast_ones, split_ones, stage_time
+    from oneflow_autoddl.adapter.chains import broadcast_ones, split_ones, stage_time
 
     n = flow.env.get_world_size()
     place = flow.placement("cpu", ranks=list(range(n)))

@@ -7,14 +7,17 @@ import os
 import statistics
 import tempfile
 import time
+from typing import Sequence
 
 import oneflow as flow
 
 import oneflow_autoddl
 from benchmarks.bench import round_orders
+from benchmarks.netcluster import link_counters, tcp_payload
 from examples import models as rank_models
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks
+from oneflow_autoddl.errors import ClusterError
 from oneflow_autoddl.ir import Graph
 from oneflow_autoddl.planner import describe
 
@@ -89,9 +92,13 @@ def measure(
     cluster: str = "cpu-local",
     optimizer: str = "default",
     rounds: int = 1,
+    across_nodes: bool = False,
+    costed_on: Sequence[str] = (),
 ):
     """For each plan: median step time (of all steps, and of its block in each round), bytes sent
-    per step by this rank, and what was predicted.
+    per step by this rank, and what was predicted; with `across_nodes` (ranks in emulated nodes,
+    benchmarks.netcluster), also the TCP payload the rank's node sent to other nodes a step,
+    divided among the node's ranks; `costed_on` other clusters, the predicted step on each.
 
     The plans' graphs are all built first. Then each round runs every plan for one block of
     `steps` timed steps, after one untimed step that brings the plan's state back into the
@@ -115,17 +122,20 @@ def measure(
             )
         losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
         built[plan] = (graph, inputs, note, losses)
-    times, blocks, sent = {plan: [] for plan in plans}, {plan: [] for plan in plans}, {}
+    times, blocks, sent, across = {p: [] for p in plans}, {p: [] for p in plans}, {}, {}
+    per_node = flow.env.get_world_size() // flow.env.get_node_size()
     for order in round_orders(plans, rounds):
         for plan in order:
             graph, inputs, _, losses = built[plan]
             losses.append(float(graph(*inputs).numpy()))
-            before, block = wchar(), []
+            before, link, block = wchar(), link_counters() if across_nodes else None, []
             for _ in range(steps):
                 start = time.perf_counter()
                 losses.append(float(graph(*inputs).numpy()))
                 block.append(time.perf_counter() - start)
             sent.setdefault(plan, (wchar() - before) / steps)
+            if link is not None:
+                across.setdefault(plan, tcp_payload(link, link_counters()) / steps / per_node)
             times[plan] += block
             blocks[plan].append(statistics.median(block))
     rows = []
@@ -145,12 +155,23 @@ def measure(
                 "measured_step_s": statistics.median(times[plan]),
                 "block_step_s": blocks[plan],
                 "predicted_step_s": predicted.predicted.step_time_s,
+                "measured_inter_node_bytes": across.get(plan),
+                "predicted_inter_node_bytes": predicted.predicted.inter_node_bytes_per_device,
+                "predicted_step_s_on": {c: _step_on(compiled, c) for c in costed_on},
                 "losses": losses,
                 "search_time_s": getattr(predicted, "search_time_s", None),
                 "note": note,
             }
         )
     return rows
+
+
+def _step_on(compiled: Graph, cluster: str):
+    """The compiled program's predicted step on `cluster`; None where it has too few devices."""
+    try:
+        return describe(compiled, cluster).predicted.step_time_s
+    except ClusterError:
+        return None
 
 
 def planning_time(model: str, mesh: str, sizes=None, batch: int = 8, cluster: str = "cpu-local"):

@@ -129,6 +129,7 @@ def transfers(problem: Problem, x: Sequence[int], detail: Breakdown, limit: int)
                 "from": format_nd(src),
                 "to": dsts,
                 "bytes": tr.bytes,
+                "inter_node_bytes": tr.inter_node_bytes,
                 "time_s": tr.time,
             }
         )

@@ -133,12 +133,35 @@ def _plan(args) -> int:
 def _calibrate(args) -> int:
     from .launch import run_module
 
-    command = f"python -m oneflow_autoddl calibrate --nproc {args.nproc} --out {args.out}"
+    multinode = args.nnodes > 1
+    if multinode and not (args.master_addr and args.master_port):
+        raise ConfigError(
+            "calibrate across nodes: give every node the same --master-addr (node 0's address, "
+            "reachable from the others) and --master-port"
+        )
+    if not 0 <= args.node_rank < args.nnodes:
+        raise ConfigError(f"--node-rank {args.node_rank}: give 0 to {args.nnodes - 1}")
+    command = f"python -m oneflow_autoddl calibrate --nproc {args.nproc}"
+    if multinode:
+        command += f" --nnodes {args.nnodes}"
+    command += f" --out {os.path.basename(args.out)}"
     command += f" --repeats {args.repeats}" if args.repeats else ""
+    name = os.path.splitext(os.path.basename(args.out))[0]
+    launch = (
+        dict(
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            master_addr=args.master_addr,
+            port=args.master_port,
+        )
+        if multinode
+        else {}
+    )
     return run_module(
         "oneflow_autoddl.adapter.calibrate",
         args.nproc,
-        [os.path.abspath(args.out), str(args.repeats or ""), command],
+        [os.path.abspath(args.out), str(args.repeats or ""), name, command],
+        **launch,
     )
 
 
@@ -212,10 +235,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(run=_plan)
     cal = sub.add_parser(
-        "calibrate", help="measure CPU ranks of this machine and write a cluster JSON"
+        "calibrate",
+        help="measure CPU ranks of this machine (or of every node: run it on each) and write a "
+        "cluster JSON",
     )
-    cal.add_argument("--nproc", type=int, default=4, help="ranks to measure at once")
-    cal.add_argument("--out", default=os.path.join(PRESET_DIR, "cpu-local.json"))
+    cal.add_argument("--nproc", type=int, default=4, help="ranks to measure at once, per node")
+    cal.add_argument(
+        "--out",
+        default=os.path.join(PRESET_DIR, "cpu-local.json"),
+        help="the cluster file (rank 0 writes it); its name is the cluster's",
+    )
+    node = cal.add_argument_group("across nodes (OneFlow's launcher's flags, on every node)")
+    node.add_argument("--nnodes", type=int, default=1)
+    node.add_argument("--node-rank", type=int, default=0)
+    node.add_argument("--master-addr", default=None, help="node 0's address")
+    node.add_argument("--master-port", type=int, default=None)
     cal.add_argument(
         "--repeats",
         type=int,

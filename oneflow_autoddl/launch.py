@@ -37,22 +37,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launcher(nproc: int, port: Optional[int] = None) -> List[str]:
-    """The command line that starts `nproc` local ranks (append the script or `-m module`)."""
-    return [
-        sys.executable,
-        "-m",
-        "oneflow.distributed.launch",
-        "--nproc_per_node",
-        str(nproc),
-        "--master_port",
-        str(port or free_port()),
-    ]
+def launcher(
+    nproc: int,
+    port: Optional[int] = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: Optional[str] = None,
+) -> List[str]:
+    """The command line that starts `nproc` ranks on this node (append the script or `-m
+    module`); with `nnodes` > 1, this node's ranks of a multi-node launch, whose rank 0 listens
+    on `master_addr`:`port` (the same on every node)."""
+    cmd = [sys.executable, "-m", "oneflow.distributed.launch", "--nproc_per_node", str(nproc)]
+    if nnodes > 1:
+        if master_addr is None or port is None:
+            raise ValueError("a multi-node launch needs node 0's address and port on every node")
+        cmd += ["--nnodes", str(nnodes), "--node_rank", str(node_rank)]
+        cmd += ["--master_addr", master_addr]
+    return cmd + ["--master_port", str(port or free_port())]
 
 
-def run_module(module: str, nproc: int, args: List[str]) -> int:
-    """Run `python -m module args` on `nproc` local ranks in the foreground; its exit code."""
-    return subprocess.call(launcher(nproc) + ["-m", module] + args)
+def run_module(module: str, nproc: int, args: List[str], **multinode: Any) -> int:
+    """Run `python -m module args` on `nproc` ranks of this node in the foreground (`multinode`:
+    launcher's nnodes, node_rank, master_addr and port); its exit code."""
+    return subprocess.call(launcher(nproc, **multinode) + ["-m", module] + args)
 
 
 def run_script(
@@ -166,10 +173,14 @@ def run_on_ranks(
                 code = None
             finally:
                 kill_group(proc)
-        return _collect(out_dir, target, nproc, code, timeout)
+        return collect_results(out_dir, target, nproc, code, timeout)
 
 
-def _collect(out_dir: str, target: str, nproc: int, code: Optional[int], timeout: float):
+def collect_results(
+    out_dir: str, target: str, nproc: int, code: Optional[int], timeout: float
+) -> List[Any]:
+    """Each rank's result from OUT_DIR/rank<r>.json (rank_main), or RankFailure with the stderr
+    of the first rank that gave none; `code` is the launch's (None: it timed out)."""
     results = []
     for rank in range(nproc):
         path = os.path.join(out_dir, f"rank{rank}.json")

@@ -23,15 +23,22 @@ class Predicted:
     comm_time_s: float
     exposed_comm_s: float  # of comm_time_s, what compute waits for (the rest overlaps it)
     bytes_per_device: float
-    memory_per_device: float  # what the search holds to the limit: what stays alive across the step
-    # The most one device holds at once over the step (cost.memory), what that is made of (by
-    # cost.memory.KINDS) and the op running then.
+    memory_per_device: (
+        float  # what stays alive across the step (parameters, state, kept activations)
+    )
+    inter_node_bytes_per_device: float = 0.0  # of bytes_per_device, sent to other nodes
+    # The most one device holds at once over the step (cost.memory): what the memory limit holds,
+    # what that is made of (by cost.memory.KINDS) and the op running then.
     peak_memory_per_device: float = 0.0
     peak_memory_by_kind: Dict[str, float] = field(default_factory=dict)
     peak_memory_op: str = ""
     # The ZeRO stage each parameter's SBP amounts to (oneflow_autoddl.zero): stage -> share of
     # the parameters' bytes.
     zero_stages: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def intra_node_bytes_per_device(self) -> float:
+        return self.bytes_per_device - self.inter_node_bytes_per_device
 
     @classmethod
     def of(cls, breakdown, peak=None, zero_stages=None) -> "Predicted":
@@ -44,6 +51,7 @@ class Predicted:
             breakdown.exposed_comm_time,
             breakdown.bytes_per_device,
             breakdown.memory_per_device,
+            breakdown.inter_node_bytes_per_device,
             peak.bytes if peak else 0.0,
             dict(peak.by_kind) if peak else {},
             peak.op if peak else "",

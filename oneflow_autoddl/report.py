@@ -44,6 +44,7 @@ def comparison_rows(plan: Plan) -> List[List[str]]:
             _ms(p.comm_time_s),
             _ms(p.exposed_comm_s),
             _mib(p.bytes_per_device),
+            _mib(p.inter_node_bytes_per_device),
             _mib(p.memory_per_device),
             _mib(p.peak_memory_per_device),
             fits,
@@ -64,6 +65,7 @@ def comparison_table(plan: Plan) -> str:
         "comm ms",
         "not overlapped ms",
         "MiB sent/device",
+        "of which across nodes",
         "MiB memory/device",
         "peak MiB/device",
         "fits",
@@ -83,8 +85,8 @@ def summary(plan: Plan) -> str:
         f"precision {plan.precision}; recomputed: {', '.join(plan.recompute) or 'none'}",
         f"predicted step {_ms(p.step_time_s)} ms (compute {_ms(p.compute_time_s)}, communication "
         f"{_ms(p.comm_time_s)} of which {_ms(p.exposed_comm_s)} not overlapped), "
-        f"{_mib(p.bytes_per_device)} MiB sent and {_mib(p.memory_per_device)} MiB "
-        f"held per device",
+        f"{_mib(p.bytes_per_device)} MiB sent ({_mib(p.inter_node_bytes_per_device)} across "
+        f"nodes) and {_mib(p.memory_per_device)} MiB held per device",
         f"peak memory per device {_mib(p.peak_memory_per_device)} MiB "
         f"({_kinds(p.peak_memory_by_kind)}) at {p.peak_memory_op or '-'}; "
         f"ZeRO: {zero.describe(p.zero_stages)}",
@@ -135,10 +137,10 @@ def transfer_table(plan: Plan, limit: int = 10) -> str:
             t["from"],
             ", ".join(t["to"]) or "(another placement)",
             _mib(t["bytes"]),
+            _mib(t.get("inter_node_bytes", 0.0)),
             _ms(t["time_s"]),
         ]
         for t in plan.transfers[:limit]
     ]
-    return tabulate(
-        rows, headers=["tensor", "shape", "from", "to", "MiB/device", "ms"], tablefmt="github"
-    )
+    headers = ["tensor", "shape", "from", "to", "MiB/device", "across nodes", "ms"]
+    return tabulate(rows, headers=headers, tablefmt="github")

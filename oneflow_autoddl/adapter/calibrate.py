@@ -1,12 +1,14 @@
-"""Measure a `cpu-local` cluster: CPU ranks of this machine talking through OneFlow's CommNet.
+"""Measure a CPU cluster: the ranks of this machine, or of several nodes, through OneFlow's CommNet.
 
-Run on N ranks (`python -m oneflow_autoddl calibrate --nproc N --out FILE` launches them).
-Everything is measured the way a training step runs: inside compiled nn.Graphs, on all
-ranks at once (they share the cores), as the median over many steps of chains of STAGES
-identical stages. Every figure read from two or more graphs (a difference, a ratio) is taken
-with those graphs taking turns step by step (step_times), so that a drift in the machine's
-load does not land on one of them: on this shared machine that moved comm_overlap from 0 to
-0.4 between runs, and now reads 0 to 0.11.
+Run on N ranks of one machine (`python -m oneflow_autoddl calibrate --nproc N --out FILE`
+launches them), or on every node of a multi-node launch (the same command with `--nnodes
+--node-rank --master-addr --master-port` on each node; rank 0 writes the file). Everything is
+measured the way a training step runs: inside compiled nn.Graphs, on all ranks at once (they
+share the cores), as the median over many steps of chains of identical stages (chains.py).
+Every figure read from two or more graphs (a difference, a ratio) is taken with those graphs
+taking turns step by step, so that a drift in the machine's load does not land on one of them:
+on this shared machine that moved comm_overlap from 0 to 0.4 between runs, and now reads 0 to
+0.11.
   - compute: each stage a float32 matmul, FLOP/s from the step time;
   - the cost of any op: each stage an add of 16 floats;
   - memory bandwidth: each stage an elementwise add over arrays far larger than the caches;
@@ -14,100 +16,42 @@ load does not land on one of them: on this shared machine that moved comm_overla
     build runs far below that (an inner broadcast, a reduction, GELU), at a LayerNorm's size,
     in turns with the four above; and each optimizer's update, from train steps over
     parameters of two sizes;
-  - links: each collective (cost.cluster.COLLECTIVES) as stages of a boxing there and a
-    move back (local, but for the all-to-all: a second one), at two sizes, against the
-    chain of the same stages without the boxing; bytes per rank are exact (cost.boxing),
-    so the two points give the bandwidth and the latency per message, stalls included.
-    OneFlow's CPU boxing runs them at rates far apart (2026-12-03, 4 ranks, `--repeats 15`:
-    a reduce-scatter at 232 MB/s per rank, an all-gather at 637);
-  - overlap: the matmul chain beside an independent all-gather chain in one graph, against
-    each alone: the fraction of the gather's moving time (its latency and copies taken
-    out) that the pair hides.
+  - links (calibrate_links.py): each collective of cost.cluster.COLLECTIVES along a mesh axis:
+    on one machine all ranks, one level (written as both); across nodes the nodes x
+    ranks-per-node mesh, its axis inside the nodes (links.intra_node) and its axis across them
+    (links.inter_node, per node: all of a node's ranks send at once). OneFlow's CPU boxing runs
+    the collectives at rates far apart (2026-12-03, 4 ranks, `--repeats 15`: a reduce-scatter
+    at 232 MB/s per rank, an all-gather at 637);
+  - overlap: the matmul chain beside an independent all-gather chain inside a node, against
+    each alone;
+  - cores_per_node: the cores this rank may run on; where all nodes are this one machine
+    (emulated nodes), its cores divided among them (cost.sharing scales the figures to the
+    ranks a plan runs on).
 Rank 0 writes the cluster JSON, with the date, machine and command in its `source`.
 """
 
 import json
-import math
 import os
 import platform
-import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import oneflow as flow
 
-from ..cost.boxing import oneflow_cpu_axis_cost
-from ..cost.cluster import Link, cluster_from_json
-from ..sbp import B, P, S
-
-STAGES = 16
-REPEATS = (
-    9  # steps timed per chain, the median taken (`calibrate --repeats` for a quicker, noisier run)
+from ..cost.cluster import cluster_from_json
+from ..errors import ClusterError
+from . import calibrate_links as links
+from .chains import (
+    REPEATS,
+    STAGES,
+    Chain,
+    Holder,
+    broadcast_ones,
+    set_repeats,
+    split_ones,
+    step_times,
 )
-_repeats = REPEATS  # this run's (one calibration per process)
-
-
-class _Holder(flow.nn.Module):
-    def __init__(self, **tensors):
-        super().__init__()
-        for name, t in tensors.items():
-            setattr(self, name, flow.nn.Parameter(t, requires_grad=False))
-
-
-class _Chain(flow.nn.Graph):
-    """STAGES stages of `stage(holder, x)` from holder.x; the output is summed so nothing is
-    pruned. With `beside`, a second chain of its stages from holder.z, independent of the first."""
-
-    def __init__(self, holder, stage: Callable, beside: Optional[Callable] = None):
-        super().__init__()
-        self.holder, self.stage, self.beside = holder, stage, beside
-
-    def build(self):
-        x = self.holder.x
-        for _ in range(STAGES):
-            x = self.stage(self.holder, x)
-        if self.beside is None:
-            return x.sum()
-        z = self.holder.z
-        for _ in range(STAGES):
-            z = self.beside(self.holder, z)
-        return x.sum() + z.sum()
-
-
-def step_times(*graphs) -> List[float]:
-    """The median step time of each graph, the graphs taking turns (an untimed step, then a timed
-    one) so that the machine's drifts in load weigh on each alike and a figure formed from their
-    difference is not one graph's luck. The untimed step takes in what the other graph left
-    running: a train step's loss is out before its update ends."""
-    for graph in graphs:
-        graph().numpy()
-    flow.comm.barrier()
-    times: List[List[float]] = [[] for _ in graphs]
-    for _ in range(_repeats):
-        for graph, taken in zip(graphs, times):
-            graph().numpy()
-            start = time.perf_counter()
-            graph().numpy()
-            taken.append(time.perf_counter() - start)
-    return [statistics.median(taken) for taken in times]
-
-
-def stage_time(stage: Callable, **tensors) -> float:
-    """Seconds a stage of `stage(holder, x)` takes in a chain of STAGES from tensors["x"], on all
-    ranks at once (benchmarks time their own stages with it)."""
-    return step_times(_Chain(_Holder(**tensors), stage))[0] / STAGES
-
-
-def split_ones(place, *shape):
-    """Ones of `shape` (logical) split on axis 0 over `place`."""
-    return flow.ones(*shape).to_global(place, flow.sbp.broadcast).to_global(sbp=flow.sbp.split(0))
-
-
-def broadcast_ones(place, *shape):
-    """0.01s of `shape` on every rank of `place`."""
-    return flow.ones(*shape).to_global(place, flow.sbp.broadcast) * 0.01
-
 
 # Per kernel kind (cost.cluster.KERNEL_KINDS): a stage as the GPT and VGG graphs run it on
 # rows x KERNEL_WIDTH floats per rank, and the bytes it reads and writes in units of that array.
@@ -125,9 +69,11 @@ KERNEL_STAGES = {
 }
 
 
-def _add_chain(place, elems: int) -> _Chain:
-    return _Chain(
-        _Holder(x=split_ones(place, elems), y=split_ones(place, elems)), lambda h, x: x + h.y
+def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
+    return Chain(
+        Holder(x=split_ones(place, elems), y=split_ones(place, elems)),
+        lambda h, x: x + h.y,
+        stages=stages,
     )
 
 
@@ -136,39 +82,41 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     at once, the chains taking turns: the kinds' figures are read against one another (a kind's
     bandwidth is net of the cost per op, the reduction's also of its row subtract), so they must
     not be taken at different loads. Matmuls of rows x width by width x width per rank, adds of 16
-    and of ADD_ELEMS floats, the kinds on KERNEL_ROWS x KERNEL_WIDTH."""
+    and of ADD_ELEMS floats, the kinds on KERNEL_ROWS x KERNEL_WIDTH. A step costs something
+    whatever its stages (starting it, fetching its output: across emulated nodes, tens of ms), so
+    the cost per op is the difference between chains of 16-float adds of two lengths, and every
+    other stage's work is its time net of a short add chain's stage, which carries that share."""
     n = flow.env.get_world_size()
-    holder = _Holder(
+    holder = Holder(
         x=split_ones(place, KERNEL_ROWS * n, KERNEL_WIDTH),
         col=split_ones(place, KERNEL_ROWS * n, 1),
         row=broadcast_ones(place, 1, KERNEL_WIDTH),
     )
-    matmul = _Chain(
-        _Holder(x=split_ones(place, rows * n, width), w=broadcast_ones(place, width, width)),
+    matmul = Chain(
+        Holder(x=split_ones(place, rows * n, width), w=broadcast_ones(place, width, width)),
         lambda h, x: flow.matmul(x, h.w),
     )
     kinds = list(KERNEL_STAGES)
     chains = [
         matmul,
         _add_chain(place, 16 * n),
+        _add_chain(place, 16 * n, 2 * STAGES),
         _add_chain(place, ADD_ELEMS * n),
-        _Chain(holder, lambda h, x: x - h.row),
+        Chain(holder, lambda h, x: x - h.row),
     ]
-    matmul_s, overhead, add, plain, *timed = (
+    matmul_s, empty, longer, add, plain, *timed = (
         t / STAGES
-        for t in step_times(*chains, *(_Chain(holder, KERNEL_STAGES[k][0]) for k in kinds))
+        for t in step_times(*chains, *(Chain(holder, KERNEL_STAGES[k][0]) for k in kinds))
     )
     array = 4 * KERNEL_ROWS * KERNEL_WIDTH
     kernels = {
-        kind: KERNEL_STAGES[kind][1]
-        * array
-        / max(t - (plain if kind == "reduce" else overhead), 1e-9)
+        kind: KERNEL_STAGES[kind][1] * array / max(t - (plain if kind == "reduce" else empty), 1e-9)
         for kind, t in zip(kinds, timed)
     }
     return (
-        2 * rows * width * width / matmul_s,
-        overhead,
-        3 * 4 * ADD_ELEMS / max(add - overhead, 1e-9),
+        2 * rows * width * width / max(matmul_s - empty, 1e-9),
+        max(longer - empty, 1e-9),
+        3 * 4 * ADD_ELEMS / max(add - empty, 1e-9),
         kernels,
     )
 
@@ -224,164 +172,171 @@ def _update_bandwidths(place, membw: float) -> dict:
     return out
 
 
-_SBP = {
-    "S0": flow.sbp.split(0),
-    "S1": flow.sbp.split(1),
-    "B": flow.sbp.broadcast,
-    "P": flow.sbp.partial_sum,
-}
-# Per collective: the SBP a stage starts from, its moves, the move that is the collective, and how
-# many times it is in them. A stage first copies its input (x * 1.0): boxing a variable's own
-# buffer across ranks aborts 0.9.0.
-COLLECTIVE_STAGES = {
-    "all_gather": ("S0", ("B", "S0"), (S(0), B), 1),
-    "reduce_scatter": ("S0", ("P", "S0"), (P, S(0)), 1),
-    "all_reduce": ("B", ("P", "B"), (P, B), 1),
-    "all_to_all": ("S0", ("S1", "S0"), (S(0), S(1)), 2),
-}
+# Across nodes, the tensors of the chains are this many times smaller than inside a node: a
+# node's link may be 50 times slower than its loopback (200 Mbit/s emulated), and the chains
+# must still take seconds, not minutes.
+INTER_NODE_DIVISOR = 8
 
 
-def _boxing_stage(moves):
-    def stage(h, x):
-        x = x * 1.0
-        for sbp in moves:
-            x = x.to_global(sbp=_SBP[sbp])
-        return x
-
-    return stage
-
-
-def _collective(
-    place, kind: str, sizes: Tuple[int, ...], width: int
-) -> List[Tuple[float, float, float]]:
-    """(seconds, bytes sent, messages) per rank of one `kind` on a rows x width float tensor, for
-    rows in `sizes`: each boxed chain against the same chain without the boxing, all in turns."""
-    start, moves, (src, dst), times = COLLECTIVE_STAGES[kind]
-    n = flow.env.get_world_size()
-    chains = []
-    for rows in sizes:
-        holder = _Holder(
-            x=flow.ones(rows, width).to_global(place, flow.sbp.broadcast).to_global(sbp=_SBP[start])
-        )
-        chains += [_Chain(holder, _boxing_stage(moves)), _Chain(holder, _boxing_stage(()))]
-    measured = step_times(*chains)
-    out = []
-    for rows, boxed, plain in zip(sizes, measured[0::2], measured[1::2]):
-        nbytes = 4.0 * rows * width
-        sent = oneflow_cpu_axis_cost(src, dst, nbytes, rows * width, n, Link(1.0, 0.0)).bytes
-        messages = oneflow_cpu_axis_cost(
-            src, dst, nbytes, rows * width, n, Link(math.inf, 1.0)
-        ).time
-        out.append((max(boxed - plain, 1e-9) / (STAGES * times), sent, messages))
-    return out
+def _one_machine() -> bool:
+    """Whether every rank runs on this machine (emulated nodes): the same boot id everywhere."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        mine = int(f.read().strip().replace("-", "")[:6], 16)
+    theirs = flow.tensor([float(mine)], dtype=flow.float64)
+    flow.comm.broadcast(theirs, 0)
+    differs = flow.tensor([float(theirs.item() != mine)], dtype=flow.float64)
+    flow.comm.all_reduce(differs)
+    return differs.item() == 0
 
 
-def _collectives(place, width: int, small: int, big: int) -> Dict[str, Dict[str, float]]:
-    """Bandwidth per device and latency per message of each collective, from two sizes."""
-    out = {}
-    for kind in COLLECTIVE_STAGES:
-        (t0, b0, m), (t1, b1, _) = _collective(place, kind, (small, big), width)
-        bandwidth = (b1 - b0) / max(t1 - t0, 1e-9)
-        out[kind] = {
-            "bandwidth_per_device": bandwidth,
-            "latency": max(t0 - b0 / bandwidth, 0.0) / m,
-        }
-    return out
-
-
-def _overlap(place, rows: int, width: int, latency: float) -> float:
-    """The fraction of an all-gather chain's moving time that runs hidden behind an independent
-    matmul chain, as cost.schedule uses it: there a boxing's latency holds no stream on CPU
-    (boxings wait on their peers at once) and only the moving time (less this fraction) holds
-    the compute, so the chain's latency (`latency` a message, from the all-gather's calibration)
-    and its local copies are taken out before the fraction is formed. Counted in, the hidden
-    waits alone read as overlap (0.28 and 0.40 in two calibrations on 4 ranks of 2 cores; this
-    reads 0 to 0.11)."""
-    holder = _Holder(
-        x=split_ones(place, rows, width),
-        w=broadcast_ones(place, width, width),
-        z=split_ones(place, rows, width),
-    )
-    matmul, gather, copies = (
-        (lambda h, x: flow.matmul(x, h.w)),
-        _boxing_stage(("B", "S0")),
-        _boxing_stage(()),
-    )
-    alone, gathered, copied, both = step_times(
-        *(_Chain(holder, stage) for stage in (matmul, gather, copies)),
-        _Chain(holder, matmul, beside=gather),
-    )
-    n = flow.env.get_world_size()
-    messages = oneflow_cpu_axis_cost(
-        S(0), B, 4.0 * rows * width, rows * width, n, Link(math.inf, 1.0)
-    ).time
-    moving = gathered - copied - STAGES * messages * latency
-    if moving <= 0:
-        return 0.0
-    return min(max((alone + gathered - STAGES * messages * latency - both) / moving, 0.0), 1.0)
-
-
-def measure(out: str, command: str, repeats: int = REPEATS) -> dict:
-    global _repeats
-    _repeats = repeats
-    n = flow.env.get_world_size()
+def _topology() -> Tuple[int, int, int, bool]:
+    """(nodes, ranks per node, cores per node, all on one machine) of this launch."""
+    n, nodes = flow.env.get_world_size(), flow.env.get_node_size()
     if n < 2:
         raise SystemExit("calibrate needs at least 2 ranks")
+    if n % nodes:
+        raise SystemExit(f"{n} ranks on {nodes} nodes: launch the same ranks on every node")
+    per_node = n // nodes
+    if nodes > 1 and per_node < 2:
+        raise SystemExit(
+            "calibrate across nodes needs at least 2 ranks per node, to measure the link inside "
+            "one: give --nproc 2 or more"
+        )
+    cores = len(os.sched_getaffinity(0))
+    one = nodes == 1 or _one_machine()
+    return nodes, per_node, max(1, cores // nodes) if one else cores, one
+
+
+def _levels(nodes: int, per_node: int, width: int, small: int, big: int):
+    """(links.intra_node, links.inter_node, the axis inside a node) as the cluster file holds
+    them: on one node, one level measured over all ranks and written as both."""
+    if nodes == 1:
+        inside = links.flat(per_node)
+        intra = links.collectives(inside, width, small, big)
+        return intra, _level(intra, per_node), inside
+    inside, across = links.node_mesh(nodes, per_node)
+    intra = links.collectives(inside, width, small, big)
+    inter = links.collectives(across, width, small, big // INTER_NODE_DIVISOR)
+    return intra, _level(inter, per_node), inside
+
+
+def _level(collectives: Dict[str, Dict[str, float]], per_node: int) -> Dict[str, Any]:
+    """A links.inter_node entry: bandwidth per node (every rank of a node sending at once)."""
+
+    def entry(c):
+        return {"bandwidth_per_node": c["bandwidth_per_device"] * per_node, "latency": c["latency"]}
+
+    return dict(
+        entry(collectives["all_gather"]), collectives={k: entry(c) for k, c in collectives.items()}
+    )
+
+
+def measure(out: str, command: str, repeats: int = REPEATS, name: str = "cpu-local") -> dict:
+    set_repeats(repeats)
+    nodes, per_node, cores, one_machine = _topology()
+    n = nodes * per_node
     place = flow.placement("cpu", ranks=list(range(n)))
     width, big, small = 256, 1024 * n, 16 * n
     flops, overhead, membw, kernels = _device(place, big // n, width)
     kernels.update(_update_bandwidths(place, membw))
-    collectives = _collectives(place, width, small, big)
-    gather = collectives["all_gather"]
-    overlap = _overlap(place, big, width, gather["latency"])
+    intra, inter, inside = _levels(nodes, per_node, width, small, big)
+    gather = intra["all_gather"]
+    overlap = links.overlap(inside, big, width, gather["latency"])
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     data = {
-        "name": "cpu-local",
+        "name": name,
         "backend": "oneflow-cpu",
-        "nodes": 1,
-        "devices_per_node": n,
+        "nodes": nodes,
+        "devices_per_node": per_node,
+        "cores_per_node": cores,
         "device": {
-            "name": f"CPU rank ({platform.machine()}, {os.cpu_count()} cores shared by {n} ranks)",
-            "memory_bytes": float(mem_total // n),
+            "name": f"CPU rank ({platform.machine()}, {cores} cores shared by {per_node} ranks "
+            f"a node)",
+            "memory_bytes": float(mem_total // (n if one_machine else per_node)),
             "flops": {"float32": flops},
             "memory_bandwidth": membw,
             "kernel_bandwidth": kernels,
             "op_overhead": overhead,
             "comm_overlap": overlap,
         },
-        "links": {
-            "intra_node": dict(gather, collectives=collectives),
-            "inter_node": {
-                "bandwidth_per_node": gather["bandwidth_per_device"] * n,
-                "latency": gather["latency"],
-                "collectives": {
-                    k: {
-                        "bandwidth_per_node": c["bandwidth_per_device"] * n,
-                        "latency": c["latency"],
-                    }
-                    for k, c in collectives.items()
-                },
-            },
-        },
-        "source": f"measured {time.strftime('%Y-%m-%d')} on {platform.node()} by `{command}`: "
-        f"{n} OneFlow {flow.__version__} CPU ranks at once, in nn.Graphs of {STAGES} stages "
-        f"(median of {repeats} steps, the graphs a figure is read from taking turns): float32 "
-        f"matmuls ({big // n}x{width} by {width}x{width} per rank), elementwise adds of "
-        f"{ADD_ELEMS} floats (and of 16, the cost per op), on {KERNEL_ROWS}x{KERNEL_WIDTH} floats "
-        f"x * ({KERNEL_ROWS}, 1), x - x.sum(0) and gelu(x), train steps of SGD, momentum and Adam "
-        f"over {STAGES} parameters of {UPDATE_SIZES[0]} and {UPDATE_SIZES[1]} floats per rank "
-        f"(kernel_bandwidth), chains of each collective on "
-        f"{small}x{width} and {big}x{width} floats against the chains without it (links; the base "
-        f"figures are the all-gather's), and the matmul chain beside an all-gather chain "
-        f"(comm_overlap). One machine, so inter-node = intra-node.",
+        "links": {"intra_node": dict(gather, collectives=intra), "inter_node": inter},
+        "source": _source(command, repeats, nodes, per_node, one_machine, width, small, big),
     }
-    cluster_from_json(data)
-    if flow.env.get_rank() == 0:
+    if flow.env.get_rank() == 0:  # its figures are the ones written (each rank timed its own)
+        _check(data)
         with open(out, "w") as f:
             json.dump(data, f, indent=2)
             f.write("\n")
     return data
 
 
+def _check(data: Dict[str, Any]) -> None:
+    unusable = _unmeasured(data)
+    try:
+        cluster_from_json(data)
+    except ClusterError as e:
+        unusable.append(str(e))
+    if unusable:
+        raise SystemExit(
+            f"calibrate could not tell {', '.join(unusable)} from noise (a difference of step "
+            "times at or below zero): run it again with more --repeats, or on a quieter machine"
+        )
+
+
+# Bytes per second no CPU rank reaches: a rate above it comes from a difference of step times
+# the noise made zero or negative (the measurements floor it at 1e-9 s).
+IMPLAUSIBLE = 1e13
+
+
+def _unmeasured(data: Dict[str, Any]) -> List[str]:
+    """The fields of a calibration whose rate is implausibly high."""
+    device, links = data["device"], data["links"]
+    rates = {"device.memory_bandwidth": device["memory_bandwidth"]}
+    rates.update({f"device.flops.{k}": v for k, v in device["flops"].items()})
+    rates.update({f"device.kernel_bandwidth.{k}": v for k, v in device["kernel_bandwidth"].items()})
+    for level, key in (
+        ("intra_node", "bandwidth_per_device"),
+        ("inter_node", "bandwidth_per_node"),
+    ):
+        for kind, c in links[level]["collectives"].items():
+            rates[f"links.{level}.collectives.{kind}"] = c[key]
+    bad = [name for name, rate in rates.items() if rate > IMPLAUSIBLE]
+    return bad + (["device.op_overhead"] if device["op_overhead"] < 1e-7 else [])
+
+
+def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -> str:
+    n = nodes * per_node
+    where = (
+        f"{n} OneFlow {flow.__version__} CPU ranks at once on one machine"
+        if nodes == 1
+        else f"{nodes} nodes x {per_node} OneFlow {flow.__version__} CPU ranks"
+        + (" (emulated nodes: network namespaces of one machine)" if one_machine else "")
+    )
+    levels = (
+        f"chains of each collective over all ranks on {small}x{width} and {big}x{width} floats "
+        "against the chains without it (links; one machine, so inter-node = intra-node)"
+        if nodes == 1
+        else f"chains of each collective along the mesh axis inside the nodes ({small}x{width} and "
+        f"{big}x{width} floats) and across them ({small}x{width} and "
+        f"{big // INTER_NODE_DIVISOR}x{width}), against the chains without it (links)"
+    )
+    return (
+        f"measured {time.strftime('%Y-%m-%d')} on {platform.node()} by `{command}`: {where}, in "
+        f"nn.Graphs of {STAGES} stages (median of {repeats} steps, the graphs a figure is read "
+        f"from taking turns): float32 matmuls ({big // n}x{width} by {width}x{width} per rank), "
+        f"elementwise adds of {ADD_ELEMS} floats (and of 16, the cost per op), on "
+        f"{KERNEL_ROWS}x{KERNEL_WIDTH} floats x * ({KERNEL_ROWS}, 1), x - x.sum(0) and gelu(x), "
+        f"train steps of SGD, momentum and Adam over {STAGES} parameters of {UPDATE_SIZES[0]} and "
+        f"{UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), {levels}; the base figures of a "
+        "level are its all-gather's; the matmul chain beside an all-gather chain inside a node "
+        "(comm_overlap)."
+    )
+
+
 if __name__ == "__main__":
-    measure(sys.argv[1], " ".join(sys.argv[3:]), int(sys.argv[2]) if sys.argv[2] else REPEATS)
+    measure(
+        sys.argv[1],
+        " ".join(sys.argv[4:]),
+        int(sys.argv[2]) if sys.argv[2] else REPEATS,
+        sys.argv[3],
+    )

@@ -23,7 +23,7 @@ from oneflow.nn.graph.graph_block import GraphTensor
 from oneflow.nn.graph.graph_config import GraphConfig
 
 from ..cache import PlanCache, plan_key
-from ..cost.cluster import load_cluster
+from ..cost.cluster import Cluster, check_launch, load_cluster
 from ..cost.model import CostModel
 from ..errors import ConfigError
 from ..ir import Graph
@@ -72,15 +72,19 @@ def set_auto_parallel_planner(self, planner: str = "autoddl"):
 
 
 def set_auto_parallel_cluster(self, cluster: str):
-    """Cluster preset name (dgx-a100, dgx-h100, piz-daint, cpu-local) or a cluster JSON file."""
-    load_cluster(cluster)  # fail here, with the reason, rather than at compile
+    """Cluster preset name (dgx-a100, dgx-h100, piz-daint, cpu-local) or a cluster JSON file;
+    refused here, with the reason, if it is malformed or cannot describe this launch's nodes."""
+    launch_ranks_per_node(load_cluster(cluster), _settings(self).ranks_per_node)
     _settings(self).cluster = cluster
 
 
 def set_auto_parallel_ranks_per_node(self, ranks: int):
-    """How many consecutive ranks share a node (default: the cluster's devices per node)."""
+    """How many consecutive ranks share a node (default: the launch's, as OneFlow's launcher
+    placed them; on one node, this groups its ranks into nodes to plan for)."""
     if ranks < 1:
         raise ConfigError(f"ranks per node must be >= 1, not {ranks}")
+    if _settings(self).cluster:
+        launch_ranks_per_node(load_cluster(_settings(self).cluster), ranks)
     _settings(self).ranks_per_node = ranks
 
 
@@ -167,7 +171,8 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
     ranks search together; rank 0's is the plan every rank writes, and it is cached."""
     cluster = load_cluster(settings.cluster or _default_cluster(ir.main_placement().device))
     hold = _hold(graph, ir, settings)
-    args = (settings.memory_per_device, hold, settings.ranks_per_node, settings.planner)
+    per_node = launch_ranks_per_node(cluster, settings.ranks_per_node)
+    args = (settings.memory_per_device, hold, per_node, settings.planner)
     cache = _cache(settings)
     key = plan_key(ir, cluster, *args, SearchOptions()) if cache else ""
 
@@ -187,7 +192,7 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
         cluster,
         memory_limit=settings.memory_per_device,
         hold=hold,
-        ranks_per_node=settings.ranks_per_node,
+        ranks_per_node=per_node,
         strategy=settings.planner,
         executor=RankExecutor() if flow.env.get_world_size() > 1 else SERIAL,
     )
@@ -201,6 +206,13 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
         return planned.to_dict()
 
     return Plan.from_dict(_from_rank0(shared))
+
+
+def launch_ranks_per_node(cluster: Cluster, asked: Optional[int] = None) -> int:
+    """The ranks per node to plan this launch with on `cluster` (cost.cluster.check_launch: a
+    cluster that cannot describe the launch is refused, naming both)."""
+    nodes = flow.env.get_node_size()
+    return check_launch(cluster, nodes, flow.env.get_world_size() // nodes, asked)
 
 
 def _from_rank0(fn: Callable[[], Any]) -> Any:
@@ -277,7 +289,9 @@ def _carried(graph, first, job, plan: Plan, settings: AutoDDLConfig) -> Plan:
     second = read_job(job)
     mesh = second.main_placement()
     cluster = load_cluster(settings.cluster or _default_cluster(mesh.device))
-    model = CostModel(cluster, mesh.hierarchy, mesh.ranks, settings.ranks_per_node)
+    model = CostModel(
+        cluster, mesh.hierarchy, mesh.ranks, launch_ranks_per_node(cluster, settings.ranks_per_node)
+    )
     for name, sig in carry_signatures(first, second, plan.signatures(), model).items():
         second.op(name).native = sig
     carried = describe(second, cluster, settings.ranks_per_node)

@@ -26,8 +26,9 @@ from ..sbp import B, NdSbp, P, S, Sbp, evenly_split, local_shape
 from .cluster import AxisLinks, Link
 from .collectives import FREE, Transfer, all_gather, all_reduce, all_to_all, reduce_scatter
 
-# (src, dst, group bytes, group elements, group size, link) -> cost of one 1-D move in each group
-AxisCost = Callable[[Sbp, Sbp, float, float, int, Link], Transfer]
+# (src, dst, group bytes, group elements, group size, link, share across nodes) -> cost of one
+# 1-D move in each group
+AxisCost = Callable[[Sbp, Sbp, float, float, int, Link, float], Transfer]
 
 
 def collective_of(src: Sbp, dst: Sbp) -> str:
@@ -46,13 +47,21 @@ COLLECTIVE_COSTS = {
 
 
 def nccl_axis_cost(
-    src: Sbp, dst: Sbp, group_bytes: float, group_elems: float, p: int, link: Link
+    src: Sbp,
+    dst: Sbp,
+    group_bytes: float,
+    group_elems: float,
+    p: int,
+    link: Link,
+    across: float = 0.0,
 ) -> Transfer:
-    """Ring collectives, as OneFlow's collective boxing runs them through NCCL."""
+    """Ring collectives, as OneFlow's collective boxing runs them through NCCL; `across` of the
+    bytes go to other nodes."""
     if src == dst or src.kind == "B":
         return FREE  # B -> S is a local slice, B -> P keeps one copy and zeros the rest
     kind = collective_of(src, dst)
-    return COLLECTIVE_COSTS[kind](group_bytes, p, link.for_collective(kind))
+    moved = COLLECTIVE_COSTS[kind](group_bytes, p, link.for_collective(kind))
+    return Transfer(moved.bytes, moved.time, moved.latency, moved.bytes * across)
 
 
 def _pad(b: float, align: int = 512) -> float:
@@ -62,17 +71,26 @@ def _pad(b: float, align: int = 512) -> float:
 # Per message on OneFlow's epoll CommNet: 64-byte blob header, two 112-byte socket
 # messages each way and eventfd kicks (strace and wchar on CPU ranks agree to the byte).
 MESSAGE_OVERHEAD = 536
+# Of it, the eventfd kicks (3 writes of 8 bytes): written by the process, never sent on a link.
+EVENTFD_BYTES = 24
 
 
 def oneflow_cpu_axis_cost(
-    src: Sbp, dst: Sbp, group_bytes: float, group_elems: float, p: int, link: Link
+    src: Sbp,
+    dst: Sbp,
+    group_bytes: float,
+    group_elems: float,
+    p: int,
+    link: Link,
+    across: float = 0.0,
 ) -> Transfer:
     """OneFlow's CPU slice boxing: one socket transfer per (sender, receiver, slice).
 
     Bytes per device match the ring collectives (S->B, P->S: (p-1)/p; P->B: 2(p-1)/p as
     P->S then S->B; S->S: (p-1)/p^2; B->S, B->P free), plus, per message, the body padded
     to 512 bytes and MESSAGE_OVERHEAD. A P->B of fewer elements than devices sends the
-    whole tensor to each peer instead. Measured on 2, 3 and 4 ranks and a 2 x 2 mesh.
+    whole tensor to each peer instead. Measured on 2, 3 and 4 ranks and a 2 x 2 mesh. Of what
+    goes on the links, `across` (the share of the peers on other nodes) crosses nodes.
     """
     if src == dst or src.kind == "B":
         return FREE
@@ -87,7 +105,9 @@ def oneflow_cpu_axis_cost(
         messages, piece = p - 1, group_bytes / p
     sent = messages * (_pad(piece) + MESSAGE_OVERHEAD)
     link = link.for_collective(kind)
-    return Transfer(sent, messages * link.latency + sent / link.bandwidth, messages * link.latency)
+    wire = messages * (_pad(piece) + MESSAGE_OVERHEAD - EVENTFD_BYTES)
+    latency = messages * link.latency
+    return Transfer(sent, latency + sent / link.bandwidth, latency, wire * across)
 
 
 AXIS_COSTS: Dict[str, AxisCost] = {"nccl": nccl_axis_cost, "oneflow-cpu": oneflow_cpu_axis_cost}
@@ -172,6 +192,14 @@ def oneflow_lazy_cost(
     return _TC + _lazy_1d(diff[0], diff[1], t_eff, h_diff, True)
 
 
+# (mesh axes a move runs along, its collective) -> the share of its bytes sent across nodes
+Crossing = Callable[[Tuple[int, ...], str], float]
+
+
+def no_crossing(dims: Tuple[int, ...], kind: str) -> float:
+    return 0.0
+
+
 def _direct_cost(
     src: NdSbp,
     dst: NdSbp,
@@ -179,11 +207,13 @@ def _direct_cost(
     nbytes: float,
     axes: Sequence[AxisLinks],
     axis_cost: AxisCost,
+    crossing: Crossing = no_crossing,
 ) -> Transfer:
     """One hop: a 1-D move on each (possibly merged) mesh axis that changes, last axis first.
 
     OneFlow does a hop with one changing axis as that 1-D move in every group; a hop that
     changes both axes only exists on CUDA (NCCL send/recv), costed as the two moves in turn.
+    Each move's bytes across nodes are its `crossing` share.
     """
     hierarchy = [a.size for a in axes]
     numel = math.prod(shape)
@@ -193,7 +223,8 @@ def _direct_cost(
             continue
         share = math.prod(hierarchy[k] for k, s in enumerate(state) if k not in ds and s.is_split)
         link = min((axes[d].link for d in ds), key=lambda link: link.bandwidth)
-        total = total + axis_cost(a, b, nbytes / share, numel / share, n, link)
+        across = crossing(tuple(ds), collective_of(a, b)) if a.kind != "B" else 0.0
+        total = total + axis_cost(a, b, nbytes / share, numel / share, n, link, across)
         for d in ds:
             state[d] = b
     return total
@@ -305,6 +336,7 @@ class TransitionTable:
         axes: Sequence[AxisLinks],
         axis_cost: AxisCost,
         cpu_builders: bool = False,
+        crossing: Crossing = no_crossing,
     ):
         self.shape, self.nbytes, self.axes, self.axis_cost = (
             tuple(shape),
@@ -312,7 +344,7 @@ class TransitionTable:
             tuple(axes),
             axis_cost,
         )
-        self.cpu_builders = cpu_builders
+        self.cpu_builders, self.crossing = cpu_builders, crossing
         self.hierarchy = tuple(a.size for a in axes)
         alphabet = [B, P] + [S(i) for i in range(len(shape))]
         self.states = [
@@ -391,7 +423,7 @@ class TransitionTable:
                 self._hops[key] = None
             else:
                 self._hops[key] = _direct_cost(
-                    a, b, self.shape, self.nbytes, self.axes, self.axis_cost
+                    a, b, self.shape, self.nbytes, self.axes, self.axis_cost, self.crossing
                 )
         return self._hops[key]
 

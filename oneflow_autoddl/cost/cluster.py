@@ -9,6 +9,7 @@ presets/*.json for the schema by example, with the figures' sources.
 """
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -80,6 +81,9 @@ class Cluster:
     comm_overlap: float = (
         0.0  # fraction of a boxing's time the device computes through (cost.schedule)
     )
+    # CPU cores of a node, where its devices are CPU ranks that share them (cost.sharing); the
+    # figures above are then those of devices_per_node ranks on the node at once
+    cores_per_node: Optional[int] = None
 
     @property
     def concurrent_boxing(self) -> bool:
@@ -111,6 +115,7 @@ class Cluster:
             "backend": self.backend,
             "nodes": self.nodes,
             "devices_per_node": self.devices_per_node,
+            **({"cores_per_node": self.cores_per_node} if self.cores_per_node else {}),
             "source": self.source,
             "device": {
                 "name": self.device_name,
@@ -219,6 +224,12 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
             f"not {overlap!r}"
         )
     dpn = _field(data, "devices_per_node", int)
+    cores = _field(data, "cores_per_node", int) if "cores_per_node" in data else None
+    if cores is not None and backend != "oneflow-cpu":
+        raise ClusterError(
+            "cluster field 'cores_per_node' describes CPU ranks sharing a node's cores: "
+            f"only for backend 'oneflow-cpu', not {backend!r}"
+        )
     return Cluster(
         name=_field(data, "name", str),
         backend=backend,
@@ -234,6 +245,7 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
         kernel_bandwidth={k: float(v) for k, v in kernels.items()},
         op_overhead=overhead,
         comm_overlap=overlap,
+        cores_per_node=cores,
     )
 
 
@@ -268,15 +280,39 @@ class AxisLinks:
     crosses_nodes: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MeshMapping:
     cluster: Cluster
     mesh: Mesh
     axes: Tuple[AxisLinks, ...]
+    node_of: np.ndarray  # the node of each mesh position
 
     @property
     def nodes_used(self) -> int:
         return -(-mesh_size(self.mesh) // self.cluster.devices_per_node)
+
+    def crossing_share(self, dims: Sequence[int], ring: bool) -> float:
+        """Of the bytes a device sends in one collective over the groups along mesh axes `dims`
+        (merged, as OneFlow merges axes that change alike), the share sent to other nodes,
+        averaged over devices. Where each device sends a piece to each peer (OneFlow's CPU
+        boxing, NCCL's all-to-all), a device sends to the peers on other nodes their share of
+        its peers; in a ring (NCCL's other collectives) the pieces cross nodes on the edges
+        between a node's ranks and the next node's, one per node the group spans."""
+        dims = sorted(dims)
+        size = math.prod(self.mesh[d] for d in dims)
+        if size < 2:
+            return 0.0
+        moved = np.moveaxis(self.node_of, dims, list(range(-len(dims), 0)))
+        shares = []
+        for group in moved.reshape(-1, size):
+            counts = np.unique(group, return_counts=True)[1]
+            if len(counts) == 1:
+                shares.append(0.0)
+            elif ring:
+                shares.append(len(counts) / size)
+            else:
+                shares.append(float(sum(c * (size - c) for c in counts)) / (size * (size - 1)))
+        return float(np.mean(shares))
 
 
 def map_mesh(
@@ -323,4 +359,30 @@ def map_mesh(
             )
         crosses = len(next(iter(spread))) > 1
         axes.append(AxisLinks(size, cluster.inter if crosses else cluster.intra, crosses))
-    return MeshMapping(cluster, mesh, tuple(axes))
+    return MeshMapping(cluster, mesh, tuple(axes), grid)
+
+
+def check_launch(
+    cluster: Cluster, nodes: int, ranks_per_node: int, asked: Optional[int] = None
+) -> int:
+    """The ranks per node to plan a launch of `nodes` nodes of `ranks_per_node` ranks with on
+    `cluster`: the launch's, or on one node those `asked` for (which groups its ranks into
+    nodes to plan for). Refused, with both figures named: a cluster with fewer nodes or devices
+    per node than the launch, or ranks per node asked for that differ from a multi-node
+    launch's. A launch on part of a cluster is fine."""
+    if asked is not None:
+        if nodes > 1 and asked != ranks_per_node:
+            raise ClusterError(
+                f"ranks per node {asked} was asked for, but the launch runs {ranks_per_node} "
+                f"ranks on each of its {nodes} nodes: leave it out, or give {ranks_per_node}"
+            )
+        return asked
+    if ranks_per_node > cluster.devices_per_node or nodes > cluster.nodes:
+        raise ClusterError(
+            f"the launch runs {nodes} node(s) x {ranks_per_node} ranks, but cluster "
+            f"{cluster.name!r} describes {cluster.nodes} node(s) x {cluster.devices_per_node} "
+            f"devices: give a cluster file with at least {nodes} node(s) of {ranks_per_node} "
+            "devices (on CPU ranks, `python -m oneflow_autoddl calibrate` with the launch's "
+            "--nproc and --nnodes writes one)"
+        )
+    return ranks_per_node

@@ -17,14 +17,18 @@ class Transfer:
     latency: float = (
         0.0  # of `time`, the alpha terms: waiting on peers, not moving bytes (cost.schedule)
     )
+    inter_node_bytes: float = 0.0  # sent to devices on other nodes, as the links carry them
 
     def __add__(self, other: "Transfer") -> "Transfer":
         return Transfer(
-            self.bytes + other.bytes, self.time + other.time, self.latency + other.latency
+            self.bytes + other.bytes,
+            self.time + other.time,
+            self.latency + other.latency,
+            self.inter_node_bytes + other.inter_node_bytes,
         )
 
     def scaled(self, k: float) -> "Transfer":
-        return Transfer(self.bytes * k, self.time * k, self.latency * k)
+        return Transfer(self.bytes * k, self.time * k, self.latency * k, self.inter_node_bytes * k)
 
 
 FREE = Transfer(0.0, 0.0)

@@ -9,12 +9,14 @@ import math
 from typing import Dict, Optional, Sequence, Tuple
 
 from ..ir import DTYPE_BYTES, Graph, Op
+from ..mesh import mesh_size
 from ..sbp import B, NdSbp, Signature
 from . import compute
 from .boxing import AXIS_COSTS, TransitionTable
 from .buffers import MOVE_BLOBS, path_blobs
 from .cluster import Cluster, MeshMapping, map_mesh
 from .collectives import Transfer
+from .sharing import for_ranks
 
 INFEASIBLE = 1e30  # seconds: a transition OneFlow cannot perform
 NO_TRANSFER = Transfer(0.0, 0.0)
@@ -28,14 +30,25 @@ class CostModel:
         ranks: Optional[Sequence[int]] = None,
         ranks_per_node: Optional[int] = None,
     ):
-        self.cluster = cluster
         self.ranks_per_node = ranks_per_node
-        self.mapping: MeshMapping = map_mesh(cluster, mesh, ranks, ranks_per_node)
+        on_node = min(mesh_size(tuple(mesh)), ranks_per_node or cluster.devices_per_node)
+        self.cluster = for_ranks(cluster, on_node)  # the figures for this many ranks on a node
+        self.mapping: MeshMapping = map_mesh(self.cluster, mesh, ranks, ranks_per_node)
         self.mesh = tuple(mesh)
         self.axis_cost = AXIS_COSTS[cluster.backend]
         self._tables: Dict[Tuple, TransitionTable] = {}
         self._cache: Dict[Tuple, Transfer] = {}
         self._blobs: Dict[Tuple, Tuple[float, ...]] = {}
+        self._shares: Dict[Tuple, float] = {}
+
+    def crossing(self, dims: Tuple[int, ...], kind: str) -> float:
+        """The share of a collective's bytes along mesh axes `dims` that crosses nodes: NCCL runs
+        all but the all-to-all as rings, OneFlow's CPU boxing sends to each peer directly."""
+        ring = self.cluster.backend == "nccl" and kind != "all_to_all"
+        key = (dims, ring)
+        if key not in self._shares:
+            self._shares[key] = self.mapping.crossing_share(dims, ring)
+        return self._shares[key]
 
     def _canonical(self, nd: NdSbp) -> NdSbp:
         """SBP on a mesh axis of one device is meaningless: call it B."""
@@ -52,6 +65,7 @@ class CostModel:
                 self.mapping.axes,
                 self.axis_cost,
                 cpu_builders=self.cluster.backend == "oneflow-cpu",
+                crossing=self.crossing,
             )
         return table
 

@@ -92,6 +92,11 @@ class Breakdown:
         """Compute and boxing one after the other: what the SERIAL objective adds up."""
         return self.compute_time + self.comm_time
 
+    @property
+    def inter_node_bytes_per_device(self) -> float:
+        """Of bytes_per_device, those sent to devices on other nodes."""
+        return sum(tr.inter_node_bytes for tr in self.tensor_comm.values())
+
 
 class Problem:
     def __init__(

@@ -32,6 +32,7 @@ def test_calibrate_writes_a_cluster_file_with_every_collective(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     cluster = load_cluster(str(out))
     assert cluster.backend == "oneflow-cpu" and cluster.devices == 2
+    assert cluster.nodes == 1 and cluster.cores_per_node >= 1 and cluster.name == "cpu"
     assert set(cluster.kernel_bandwidth) == set(KERNEL_KINDS)
     assert {kind for kind, _, _ in cluster.intra.collectives} == set(COLLECTIVES)
     assert all(

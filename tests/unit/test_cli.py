@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from oneflow_autoddl.cost.cluster import preset_names
+
 GPT3 = [
     "--model",
     "gpt",
@@ -67,7 +69,7 @@ def test_vgg16_on_a_2d_mesh(tmp_path):
         (["--model", "resnet"], "invalid choice: 'resnet' (choose from 'gpt', 'vgg11'"),
         (
             ["--model", "gpt", "--cluster", "tpu-v9"],
-            "one of cpu-local, dgx-a100, dgx-h100, piz-daint",
+            "one of " + ", ".join(preset_names()),
         ),
         (["--model", "gpt", "--mesh", "4x"], "not of the form"),
         (

@@ -1,0 +1,51 @@
+"""CPU ranks sharing a node's cores: a calibrated cluster's figures for the ranks in use.
+
+Where a cluster's devices are CPU ranks (`cores_per_node` given), what a rank does is CPU work:
+its kernels, its cost per op, and its boxing inside the node (slicing, adding, copying through
+loopback sockets). `calibrate` measures them with devices_per_node ranks at once; while ranks
+outnumber cores each gets cores / ranks of one, so everything it does takes longer by
+    share(r) = max(1, r / cores_per_node)
+for r ranks on a node. A plan for r ranks is costed with the calibration's figures times
+share(r) / share(devices_per_node): on this machine's 2 cores, a calibration of 4 ranks
+predicts 2 ranks twice as fast. The link across nodes is taken as measured: its figures are the
+wire's where the wire is the slower part (an emulated node's token bucket, a network), and the
+CPU part of it is not separated from the wire's.
+"""
+
+import dataclasses
+
+from .cluster import Cluster, Link
+
+
+def share(cluster: Cluster, ranks_on_node: int) -> float:
+    """How many ranks a core runs (at least 1) with `ranks_on_node` ranks on each node (1 where
+    the cluster does not say how many cores a node has)."""
+    if not cluster.cores_per_node:
+        return 1.0
+    return max(1.0, ranks_on_node / cluster.cores_per_node)
+
+
+def for_ranks(cluster: Cluster, ranks_on_node: int) -> Cluster:
+    """`cluster` as it runs with `ranks_on_node` ranks on each node (itself where it has no
+    cores_per_node, or runs as many ranks as it was calibrated with)."""
+    if not cluster.cores_per_node or ranks_on_node == cluster.devices_per_node:
+        return cluster
+    slower = share(cluster, ranks_on_node) / share(cluster, cluster.devices_per_node)
+    if slower == 1.0:
+        return cluster
+    return dataclasses.replace(
+        cluster,
+        flops={dtype: rate / slower for dtype, rate in cluster.flops.items()},
+        memory_bandwidth=cluster.memory_bandwidth / slower,
+        kernel_bandwidth={k: bw / slower for k, bw in (cluster.kernel_bandwidth or {}).items()},
+        op_overhead=cluster.op_overhead * slower,
+        intra=_slower(cluster.intra, slower),
+    )
+
+
+def _slower(link: Link, slower: float) -> Link:
+    return Link(
+        link.bandwidth / slower,
+        link.latency * slower,
+        tuple((kind, bw / slower, lat * slower) for kind, bw, lat in link.collectives),
+    )
