@@ -106,7 +106,7 @@ def _autoddl(
 ) -> Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]:
     """(problem, starts, plan, blocks recomputed): the search's plan; where the memory limit
     binds it and the graph has repeated blocks, also the plan with every block recomputed
-    (options.recompute), and the faster of the two that fit."""
+    (options.recompute): the faster of the two that fit, else the one holding less."""
     x, bound = _search_within(problem, starts, limit, options, executor, held)
     blocks = repeated_blocks(graph) if options.recompute and bound else []
     if not blocks:
@@ -114,12 +114,18 @@ def _autoddl(
     log.info("the memory limit binds: also planning with %d blocks recomputed", len(blocks))
     redone = make(recompute_graph(graph, blocks))
     redone_starts = seeds(redone)
-    y = _or_raise(_search_within(redone, redone_starts, limit, options, executor, held)[0])
-    if not isinstance(x, PlanningError) and _fits(problem, x, limit):
-        kept = problem.evaluate(x).step_time <= redone.evaluate(y).step_time
-        if kept or not _fits(redone, y, limit):
-            return problem, starts, x, []
-    return redone, redone_starts, y, blocks
+    y, _ = _search_within(redone, redone_starts, limit, options, executor, held)
+    if isinstance(x, PlanningError) and isinstance(y, PlanningError):
+        raise x  # no plan fits, recomputed or not: the error names the least memory
+    found: List[Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]] = []
+    if not isinstance(x, PlanningError):
+        found.append((problem, starts, x, []))
+    if not isinstance(y, PlanningError):
+        found.append((redone, redone_starts, y, blocks))
+    fitting = [f for f in found if _fits(f[0], f[2], limit)]
+    if fitting:
+        return min(fitting, key=lambda f: f[0].evaluate(f[2]).step_time)
+    return min(found, key=lambda f: peak_memory(f[0], f[2]).bytes)
 
 
 def _or_raise(x: Union[Assignment, PlanningError]) -> Assignment:

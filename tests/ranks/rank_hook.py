@@ -13,8 +13,11 @@ from oneflow_autoddl import planner as autoddl_planner
 from oneflow_autoddl.adapter import writeback
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import compiled_mismatches
+from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.planner import describe
 from oneflow_autoddl.sbp import parse_nd
+from oneflow_autoddl.search.fit import Memory
+from oneflow_autoddl.search.problem import build_problem
 
 
 class _Records(logging.Handler):
@@ -28,6 +31,12 @@ class _Records(logging.Handler):
 
 def _train(graph, inputs, steps):
     return [float(graph(*inputs).numpy()) for _ in range(steps)]
+
+
+def _tight_limit(job, cluster: str, fraction: float) -> float:
+    held = describe(job, cluster).predicted.peak_memory_per_device
+    least = float(Memory(build_problem(job, load_cluster(cluster))).least().max())
+    return least + fraction * (held - least)
 
 
 def _differs_from_data_parallel(graph, plan, cluster: str) -> int:
@@ -56,12 +65,12 @@ def _report(graph, losses, cluster: str = "cpu-local"):
 
 
 def compare(
-    cases, mesh: str, steps: int = 5, cluster: str = "cpu-local", memory_fraction: float = 0.75
+    cases, mesh: str, steps: int = 5, cluster: str = "cpu-local", memory_fraction: float = 0.5
 ):
     """For each (model, optimizer, planner): data parallel losses, then the plugin's.
 
-    The plugin gets `memory_fraction` of what data parallel holds per device, so that its
-    plan must shard some parameters and differs from data parallel for sure.
+    The plugin's memory limit is `memory_fraction` of the way from the least any plan holds at
+    its peak to what data parallel holds, so that data parallel does not fit and some plan can.
     """
     records = _Records()
     logging.getLogger("oneflow_autoddl").addHandler(records)
@@ -71,14 +80,14 @@ def compare(
         graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
         dp = _train(graph, inputs, steps)
         dp_seconds = time.perf_counter() - start
-        held = describe(read_job(graph._full_graph_proto), cluster).predicted.peak_memory_per_device
+        limit = _tight_limit(read_job(graph._full_graph_proto), cluster, memory_fraction)
         graph, inputs = rank_models.build(
             model,
             mesh,
             plan=planner,
             optimizer=optimizer,
             cluster=cluster,
-            memory_per_device=held * memory_fraction,
+            memory_per_device=limit,
         )
         results.append(
             {

@@ -11,9 +11,9 @@ CASES = [
     ["vgg", "adam", "autoddl"],
 ]
 NATIVE = [["gpt", "adam", "native"]]  # OneFlow's own pass, once: it is OneFlow's to test
-# on 2 x 2 the GPT with SGD and Adam and VGG with SGD; VGG with Adam on 2 ranks only (this module
-# is the suite's longest, ~30 s a 2 x 2 case here)
-CASES_2D = CASES[:3]
+# on 2 x 2 the GPT and VGG with SGD; Adam on 2 ranks only (this module is the suite's longest,
+# ~30 s a 2 x 2 case on a quiet machine)
+CASES_2D = [CASES[0], CASES[2]]
 
 
 @pytest.fixture(scope="module", params=[("2", 2), ("2x2", 4)], ids=["mesh2", "mesh2x2"])
