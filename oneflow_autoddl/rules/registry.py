@@ -5,6 +5,8 @@ A rule lists an op type's 1-D signatures exactly as OneFlow 0.9.0's `GetSbp` bui
 always adds, forms the n-D candidates as the per-mesh-axis product, and drops those the
 logical shapes rule out (a split axis out of range, or a dimension smaller than the mesh
 axes splitting it). A new op type is one decorated function in one module of this package.
+A rule leaves out a signature OneFlow lists only where it computes something else than the
+data-parallel plan (its docstring says what and why): a plan never changes the math.
 """
 
 import itertools
@@ -33,6 +35,9 @@ class OpView:
     def ndim(self, bn: str) -> int:
         return len(self.shape(bn))
 
+    def dtype(self, bn: str) -> str:
+        return self.graph.tensor(self.op.inputs.get(bn) or self.op.outputs[bn]).dtype
+
     def attr(self, name: str, default: Any = None) -> Any:
         return self.op.attrs.get(name, default)
 
@@ -57,6 +62,8 @@ RuleFn = Callable[[OpView], List[OneD]]
 KernelFn = Callable[[OpView], Optional[str]]
 # FLOPs of one device's share: (op attrs, blob name -> local shape) -> floating-point operations.
 FlopsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
+# Whether an op may be replicated (the all-broadcast signature OneFlow appends to every list).
+ReplicatedFn = Callable[[OpView], bool]
 
 
 @dataclass(frozen=True)
@@ -69,9 +76,15 @@ class Rule:
     fixed: bool = False
     flops: Optional[FlopsFn] = None
     kernel: Union[str, KernelFn, None] = None
+    # False where replicating the op computes something else than splitting it does (training
+    # BatchNorm's statistics are per shard): then the rule's own list is all there is.
+    replicated: Union[bool, ReplicatedFn] = True
 
     def kernel_kind(self, v: OpView) -> Optional[str]:
         return self.kernel(v) if callable(self.kernel) else self.kernel
+
+    def may_replicate(self, v: OpView) -> bool:
+        return self.replicated(v) if callable(self.replicated) else self.replicated
 
 
 _RULES: Dict[str, Rule] = {}
@@ -83,6 +96,7 @@ def rule(
     fixed: bool = False,
     flops: Optional[FlopsFn] = None,
     kernel: Union[str, KernelFn, None] = None,
+    replicated: Union[bool, ReplicatedFn] = True,
 ):
     """Register `fn` as the 1-D SBP rule (and, for compute-bound ops, the FLOPs; for slow
     kernels, their kind) of `op_types`."""
@@ -91,7 +105,7 @@ def rule(
         for t in op_types:
             if t in _RULES:
                 raise ValueError(f"op type {t!r} has two rules")
-            _RULES[t] = Rule(fn, tuple(same_sbp), fixed, flops, kernel)
+            _RULES[t] = Rule(fn, tuple(same_sbp), fixed, flops, kernel, replicated)
         return fn
 
     return register
@@ -127,10 +141,11 @@ def known_op_types() -> List[str]:
 
 
 def one_d_candidates(graph: Graph, op: Op, axis_size: int) -> List[OneD]:
-    """The op's 1-D signatures for a mesh axis of `axis_size` devices, all-B appended,
-    deduplicated."""
+    """The op's 1-D signatures for a mesh axis of `axis_size` devices, all-B appended where the
+    op may be replicated, deduplicated."""
     view = OpView(graph, op, axis_size)
-    sigs = _RULES[op.type].fn(view) + [view.all(B)]
+    rule_ = _RULES[op.type]
+    sigs = rule_.fn(view) + ([view.all(B)] if rule_.may_replicate(view) else [])
     seen, out = set(), []
     for sig in sigs:
         missing = set(view.bns) - set(sig)

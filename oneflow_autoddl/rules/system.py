@@ -1,5 +1,5 @@
 """System ops and ops OneFlow infers by itself (variable_op, identity_op,
-learning_rate_schedule_op, ones_like_op at v0.9.0)."""
+learning_rate_schedule_op, ones_like_op, hierarchical_parallel_cast_op at v0.9.0)."""
 
 from ..sbp import B, P, S
 from .registry import rule
@@ -30,4 +30,11 @@ def ones_like(v):
 @rule("input_conf", "output_conf", fixed=True)
 def interface(v):
     """Interface ops take their SBP from their blob conf (the user's input and output tensors)."""
+    return []
+
+
+@rule("hierarchical_parallel_cast", "hierarchical_parallel_cast_like", fixed=True)
+def parallel_cast(v):
+    """What `to_global(sbp=...)` leaves in a graph: its n-D inference takes the SBP from the
+    `nd_sbp` attribute (the _like form from its `like` input's producer), whatever a conf says."""
     return []
