@@ -13,11 +13,12 @@ patches of 16 (their position and token-mixing weights follow the patch count). 
 of its 7 x 7 window (112 and 64 fail): 224 is the smallest size that is both.
 """
 
+import os
+import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-import common  # examples/common.py
 import numpy as np
 import oneflow as flow
 from flowvision import models
@@ -27,6 +28,11 @@ from flowvision.models.vision_transformer import VisionTransformer
 
 from oneflow_autoddl.adapter.placement import placement
 from oneflow_autoddl.mesh import parse_mesh
+
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+)
+import common  # noqa: E402  examples/common.py
 
 NUM_CLASSES = 10
 OPTIMIZERS = ("sgd", "adamw")
@@ -163,3 +169,11 @@ def build(
     graph = common.TrainGraph(net, flow.nn.CrossEntropyLoss(), opt, args)
     inputs = [flow.tensor(a).to_global(place, bcast).to_global(sbp=split) for a in (x, y)]
     return graph, inputs
+
+
+def trace(name: str, optimizer: str = "sgd", batch: int = 4, image_size: Optional[int] = None):
+    """The Job of `name`'s training graph traced in this process on one device (build_graph
+    only: nothing is compiled or run); `oneflow_autoddl.remesh` moves it onto a mesh."""
+    graph, inputs = build(name, "1", batch=batch, optimizer=optimizer, image_size=image_size)
+    job, _ = graph.build_graph(*inputs)
+    return job
