@@ -194,4 +194,3 @@ def test_expand_keeps_splits_of_axes_it_does_not_expand():
 
 def test_parallel_casts_keep_their_attribute_sbp():
     assert get_rule("hierarchical_parallel_cast").fixed
-    assert get_rule("hierarchical_parallel_cast_like").fixed

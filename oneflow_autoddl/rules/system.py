@@ -33,8 +33,8 @@ def interface(v):
     return []
 
 
-@rule("hierarchical_parallel_cast", "hierarchical_parallel_cast_like", fixed=True)
+@rule("hierarchical_parallel_cast", fixed=True)
 def parallel_cast(v):
-    """What `to_global(sbp=...)` leaves in a graph: its n-D inference takes the SBP from the
-    `nd_sbp` attribute (the _like form from its `like` input's producer), whatever a conf says."""
+    """What `to_global(sbp=...)` leaves in a graph (forward and backward): its n-D inference
+    takes the SBP from its `nd_sbp` attribute, whatever a conf says."""
     return []
