@@ -10,14 +10,11 @@ Every concat joins two inputs (their gradients, split_like, then share one list)
 divides a 2 x 2 mesh evenly. `build("ops", mesh)` as tests/rank_models.build.
 """
 
-from types import SimpleNamespace
-
-import common  # examples/common.py
 import numpy as np
 import oneflow as flow
 import oneflow.nn.functional as F
+from train_graphs import batch_inputs, replicate, train_graph
 
-from oneflow_autoddl.adapter.placement import placement
 from oneflow_autoddl.mesh import parse_mesh
 
 BATCH, CHANNELS, SIZE, CLASSES = 8, 8, 8, 8
@@ -86,15 +83,12 @@ def build(model: str, mesh: str, plan: str = "dp", **flags):
     """(graph, inputs) of the op zoo ("ops") on `mesh`: SGD with momentum, batch split."""
     if model != "ops":
         raise ValueError(f"op_zoo builds only 'ops', not {model!r}")
-    place = placement("cpu", mesh)
-    nd = len(parse_mesh(mesh))
-    bcast, split = [flow.sbp.broadcast] * nd, [flow.sbp.split(0)] * nd
     flow.manual_seed(0)
-    net = OpZoo(nd).to_global(place, bcast)
+    net = replicate(OpZoo(len(parse_mesh(mesh))), mesh)
     rng = np.random.RandomState(0)
     x = rng.randn(BATCH, 4, SIZE, SIZE).astype(np.float32)
     y = rng.randint(0, CLASSES, (BATCH,))
     opt = flow.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    graph = common.TrainGraph(net, ClassSplitLoss(), opt, SimpleNamespace(plan=plan, **flags))
-    inputs = [flow.tensor(a).to_global(place, bcast).to_global(sbp=split) for a in (x, y)]
+    graph = train_graph(net, ClassSplitLoss(), opt, plan, **flags)
+    inputs = batch_inputs([x, y], mesh)
     return graph, inputs

@@ -16,7 +16,6 @@ of its 7 x 7 window (112 and 64 fail): 224 is the smallest size that is both.
 import os
 import sys
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -26,13 +25,9 @@ from flowvision.layers import StochasticDepth
 from flowvision.models.swin_transformer import SwinTransformer
 from flowvision.models.vision_transformer import VisionTransformer
 
-from oneflow_autoddl.adapter.placement import placement
-from oneflow_autoddl.mesh import parse_mesh
-
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-)
-import common  # noqa: E402  examples/common.py
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))  # train_graphs imports examples/common.py
+from train_graphs import batch_inputs, replicate, train_graph  # noqa: E402
 
 NUM_CLASSES = 10
 OPTIMIZERS = ("sgd", "adamw")
@@ -150,24 +145,14 @@ def build(
     """(graph, inputs): `name`'s training graph on `mesh` ("1" traces in one process) with
     `optimizer` ("sgd": with momentum, or "adamw"), its parameters replicated and the batch
     split, as the examples feed it; `plan` and flags as examples/common.configure takes them."""
-    place = placement("cpu", mesh)
-    nd = len(parse_mesh(mesh))
-    bcast, split = [flow.sbp.broadcast] * nd, [flow.sbp.split(0)] * nd
     model, size = make_model(name, image_size)
-    net = model.to_global(place, bcast)
+    net = replicate(model, mesh)
     rng = np.random.RandomState(0)
     x = rng.randn(batch, 3, size, size).astype(np.float32)
     y = rng.randint(0, NUM_CLASSES, (batch,))
-    args = SimpleNamespace(
-        plan=plan,
-        cluster=flags.get("cluster"),
-        ranks_per_node=flags.get("ranks_per_node"),
-        memory_per_device=flags.get("memory_per_device"),
-        load_plan=flags.get("load_plan"),
-    )
     opt = _optimizer(optimizer, net.parameters())
-    graph = common.TrainGraph(net, flow.nn.CrossEntropyLoss(), opt, args)
-    inputs = [flow.tensor(a).to_global(place, bcast).to_global(sbp=split) for a in (x, y)]
+    graph = train_graph(net, flow.nn.CrossEntropyLoss(), opt, plan, **flags)
+    inputs = batch_inputs([x, y], mesh)
     return graph, inputs
 
 
