@@ -4,6 +4,7 @@ compiled Job, and trained `--steps` steps against data parallel's losses) on rea
 
     python benchmarks/rule_acceptance.py --mesh 2 --rounds 3 --models resnet18 vit_tiny_patch16_224
     python benchmarks/rule_acceptance.py --mesh 2x2 --rounds 2 --json acceptance.json
+    python benchmarks/rule_acceptance.py --builder rank_models --models gpt vgg --rounds 8
 
 The suite's own check (tests/test_zoo_on_ranks.py) runs tests/op_zoo.py's small graph until
 every candidate is tried; these models have far more candidates per op than rounds fit in a
@@ -23,6 +24,8 @@ from bench import on_ranks, show, write_json  # noqa: E402
 from zoo_models import ZOO  # noqa: E402
 
 COUNTED = ["rejected", "mismatched", "diverged"]
+# tests/ modules whose build(model, mesh) gives a training graph, and their models
+BUILDERS = {"zoo_models": list(ZOO), "rank_models": ["gpt", "gpt-fused", "vgg"]}
 
 
 def rows(results: dict, mesh: str) -> List[dict]:
@@ -49,20 +52,25 @@ def rows(results: dict, mesh: str) -> List[dict]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mesh", default="2", choices=["2", "2x2"])
-    parser.add_argument("--models", nargs="+", default=list(ZOO))
+    parser.add_argument("--builder", default="zoo_models", choices=list(BUILDERS))
+    parser.add_argument("--models", nargs="+", default=None, help="default: all the builder's")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=1, help="steps checked against data parallel")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    for model in args.models:
-        if model not in ZOO:
-            parser.error(f"unknown model {model!r}; choose from {', '.join(ZOO)}")
+    known = BUILDERS[args.builder]
+    models = args.models or known
+    for model in models:
+        if model not in known:
+            parser.error(f"unknown model {model!r} for {args.builder}; choose from {known}")
+    if "gpt-fused" in models and args.steps:
+        parser.error("gpt-fused compiles but cannot run on CPU (no layer_norm kernel): --steps 0")
     results = on_ranks(
         "rank_acceptance:accept_all",
         args.mesh,
-        models=args.models,
+        models=models,
         rounds=args.rounds,
-        builder="zoo_models",
+        builder=args.builder,
         steps=args.steps,
     )[0]
     table = rows(results, args.mesh)
