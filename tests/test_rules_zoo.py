@@ -194,3 +194,20 @@ def test_expand_keeps_splits_of_axes_it_does_not_expand():
 
 def test_parallel_casts_keep_their_attribute_sbp():
     assert get_rule("hierarchical_parallel_cast").fixed
+
+
+def test_depthwise_convolutions_count_one_input_channel_per_filter():
+    """MobileNet's and EfficientNet's depthwise convs (groups = channels) as traced: each output
+    element reads kernel_size values of one channel, forward and for both gradients."""
+    attrs = {"groups": 32, "kernel_size": [3, 3]}
+    x, w, y = (8, 32, 16, 16), (32, 1, 3, 3), (8, 32, 16, 16)
+    dense = {"groups": 1, "kernel_size": [3, 3]}
+    forward = get_rule("conv2d").flops
+    assert forward(attrs, {"in_0": x, "weight_0": w, "out_0": y}) == 2 * 8 * 32 * 16 * 16 * 9
+    assert forward(dense, {"in_0": x, "weight_0": (32, 32, 3, 3), "out_0": y}) == 32 * forward(
+        attrs, {"in_0": x, "weight_0": w, "out_0": y}
+    )
+    data = get_rule("conv_data_grad").flops(attrs, {"dy_0": y, "filter_0": w, "dx_0": x})
+    assert data == 2 * 8 * 32 * 16 * 16 * 9
+    weight = get_rule("conv_filter_grad").flops(attrs, {"dy_0": y, "x_0": x, "filter_diff_0": w})
+    assert weight == 2 * 32 * 9 * 8 * 16 * 16
