@@ -65,14 +65,19 @@ def main(argv=None) -> None:
             parser.error(f"unknown model {model!r} for {args.builder}; choose from {known}")
     if "gpt-fused" in models and args.steps:
         parser.error("gpt-fused compiles but cannot run on CPU (no layer_norm kernel): --steps 0")
-    results = on_ranks(
-        "rank_acceptance:accept_all",
-        args.mesh,
-        models=models,
-        rounds=args.rounds,
-        builder=args.builder,
-        steps=args.steps,
-    )[0]
+    results = {}
+    for model in models:  # a launch each: a process keeps every graph it built (7 zoo models
+        # in one launch reached 11 GB on a rank here and were killed for memory)
+        results.update(
+            on_ranks(
+                "rank_acceptance:accept_all",
+                args.mesh,
+                models=[model],
+                rounds=args.rounds,
+                builder=args.builder,
+                steps=args.steps,
+            )[0]
+        )
     table = rows(results, args.mesh)
     print(
         show(
