@@ -31,10 +31,13 @@ OPTIMIZERS = ("sgd", "adamw")
 
 @dataclass(frozen=True)
 class ZooModel:
-    """A zoo model: `make(image_size, num_classes)` builds it; `image_size` is the default."""
+    """A zoo model: `make(image_size, num_classes)` builds it; `image_size` and `batch` are the
+    defaults (the batch, divisible by 4 ranks, keeps a training step on 2 CPU ranks here to a
+    few seconds)."""
 
     make: Callable[[int, int], flow.nn.Module]
     image_size: int
+    batch: int = 8
 
 
 def _factory(name: str) -> Callable[[int, int], flow.nn.Module]:
@@ -93,7 +96,7 @@ ZOO: Dict[str, ZooModel] = {
     "densenet121": ZooModel(_factory("densenet121"), 64),
     "shufflenet_v2_x1_0": ZooModel(_factory("shufflenet_v2_x1_0"), 64),
     "vit_tiny_patch16_224": ZooModel(_vit, 32),
-    "swin_tiny_patch4_window7_224": ZooModel(_swin, 224),
+    "swin_tiny_patch4_window7_224": ZooModel(_swin, 224, batch=4),
     "convnext_tiny_224": ZooModel(_factory("convnext_tiny_224"), 32),
     "mlp_mixer_s16_224": ZooModel(_sized("mlp_mixer_s16_224"), 32),
 }
@@ -122,7 +125,7 @@ def make_model(name: str, image_size: Optional[int] = None) -> Tuple[flow.nn.Mod
 
 
 def _optimizer(name: str, params: Sequence[flow.nn.Parameter]) -> flow.optim.Optimizer:
-    if name == "sgd":
+    if name in ("sgd", "default"):
         return flow.optim.SGD(params, lr=0.01, momentum=0.9)
     if name == "adamw":
         return flow.optim.AdamW(params, lr=1e-3, weight_decay=0.05)
@@ -133,15 +136,22 @@ def build(
     name: str,
     mesh: str,
     plan: str = "dp",
-    batch: int = 8,
-    optimizer: str = "sgd",
-    image_size: Optional[int] = None,
+    batch: Optional[int] = None,
+    optimizer: str = "default",
+    sizes: Optional[Dict[str, int]] = None,
     **flags,
 ):
     """(graph, inputs): `name`'s training graph on `mesh` ("1" traces in one process) with
-    `optimizer` ("sgd": with momentum, or "adamw"), its parameters replicated and the batch
-    split, as the examples feed it; `plan` and flags as examples/common.configure takes them."""
-    model, size = make_model(name, image_size)
+    `optimizer` ("sgd" or "default": SGD with momentum; "adamw"), its parameters replicated and
+    the batch (default the model's) split, as the examples feed it; `sizes` may set
+    "image_size" (default the model's);
+    `plan` and flags as examples/common.train_graph takes them (the builder interface of
+    examples/models.build)."""
+    unknown = set(sizes or {}) - {"image_size"}
+    if unknown:
+        raise TypeError(f"zoo models take only an image_size, not {sorted(unknown)}")
+    model, size = make_model(name, (sizes or {}).get("image_size"))
+    batch = batch or ZOO[name].batch
     net = replicate(model, mesh)
     rng = np.random.RandomState(0)
     x = rng.randn(batch, 3, size, size).astype(np.float32)
@@ -155,6 +165,7 @@ def build(
 def trace(name: str, optimizer: str = "sgd", batch: int = 4, image_size: Optional[int] = None):
     """The Job of `name`'s training graph traced in this process on one device (build_graph
     only: nothing is compiled or run); `oneflow_autoddl.remesh` moves it onto a mesh."""
-    graph, inputs = build(name, "1", batch=batch, optimizer=optimizer, image_size=image_size)
+    sizes = {"image_size": image_size} if image_size else None
+    graph, inputs = build(name, "1", batch=batch, optimizer=optimizer, sizes=sizes)
     job, _ = graph.build_graph(*inputs)
     return job
