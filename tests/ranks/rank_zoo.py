@@ -75,8 +75,9 @@ def _train(name: str, mesh: str, plan: str, steps: int, batch: int):
 
 def losses(models: Sequence[str], mesh: str, steps: int = 3, batch: int = 8) -> Dict[str, dict]:
     """Per model: the losses of `steps` steps under data parallel and under AutoDDL's plan
-    (cpu-local), the plan's parameters that are not replicated, the op types it left to
-    OneFlow for want of a rule, and whether the hook fell back to OneFlow's inference."""
+    (cpu-local), the plan's parameters that are not replicated, its predicted bytes per device
+    beside data parallel's, the op types it left to OneFlow for want of a rule, and whether the
+    hook fell back to OneFlow's inference."""
     out = {}
     for name in models:
         _, dp, dp_first = _train(name, mesh, "dp", steps, batch)
@@ -98,6 +99,10 @@ def losses(models: Sequence[str], mesh: str, steps: int = 3, batch: int = 8) -> 
             else [],
             "sharded_parameters": len(sharded),
             "parameters": len(plan.variables) if plan else 0,
+            "predicted_bytes": plan.predicted.bytes_per_device if plan else None,
+            "data_parallel_predicted_bytes": (
+                plan.baselines["data_parallel"].bytes_per_device if plan else None
+            ),
             "first_step_s": {"data_parallel": dp_first, "autoddl": first},
         }
     return out

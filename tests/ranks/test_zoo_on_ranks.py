@@ -1,15 +1,13 @@
 """The zoo's rules checked against OneFlow itself: every candidate of every op type they brought
-compiles as written and trains to data parallel's losses (examples/op_zoo.py's small graph); and
-AutoDDL's plans for zoo models train to data parallel's losses.
-
-Cost here (2 cores shared with other sessions, load average 6 to 15): the acceptance rounds
-378 s (106 s of CPU), the zoo losses 70 to 135 s per launch.
+compiles as written on 2 ranks and trains to data parallel's losses (examples/op_zoo.py's small
+graph); and AutoDDL's plan for ResNet-18 trains to data parallel's losses.
 
 Each acceptance round writes a fresh candidate (an untried one where there is one) into
 every op of the traced Job, compiles it, and trains 2 steps (the second loss reads the first
-step's gradients). The rounds per mesh are what tests/ranks/rank_acceptance.py's draw (seed 0)
-needs to try every candidate of those op types; the test asserts it did. Longer runs over
-the zoo's own models: benchmarks/rule_acceptance.py.
+step's gradients). The 4 rounds on 2 ranks are what tests/ranks/rank_acceptance.py's draw
+(seed 0) needs to try every candidate of those op types; the test asserts it did. On 2 x 2 the
+same takes 10 rounds, too long for the suite (they and the zoo's own models are in
+benchmarks/rule_acceptance.py: `--builder op_zoo --mesh 2x2 --rounds 10 --steps 2`).
 """
 
 import numpy as np
@@ -60,25 +58,22 @@ OP_TYPES = (
     "sparse_softmax_cross_entropy_ms_grad",
 )
 
-# mesh -> (ranks, rounds)
-ACCEPTANCE = {"2": (2, 4), "2x2": (4, 10)}
+MESH, RANKS, ROUNDS = "2", 2, 4
 
 
-@pytest.fixture(scope="module", params=list(ACCEPTANCE))
-def accepted(request, ranks):
-    mesh = request.param
-    nproc, rounds = ACCEPTANCE[mesh]
+@pytest.fixture(scope="module")
+def accepted(ranks):
     result = ranks(
         "tests.ranks.rank_acceptance:accept",
-        nproc,
+        RANKS,
         timeout=600,
         model="ops",
-        mesh=mesh,
-        rounds=rounds,
+        mesh=MESH,
+        rounds=ROUNDS,
         builder="examples.op_zoo",
         steps=2,
     )[0]
-    return mesh, result
+    return MESH, result
 
 
 @pytest.mark.ranks
@@ -104,12 +99,14 @@ def test_every_candidate_of_the_zoo_op_types_was_tried(accepted):
     assert {t: n for t, n in counts.items() if n[0] < n[1]} == {}, mesh
 
 
-# ResNet-18 (BatchNorm, pools) and ViT (slice, concat, expand, ...; its plan splits 88 of 152
-# parameters). Not MobileNetV2 or ShuffleNetV2 at these sizes: BatchNorm over 16 values per
-# channel makes their training chaotic, and data parallel itself moves 0.5% and 0.7% at step 3
-# when the classifier's weight is scaled by 1 + 1e-7 (measured), as summing partial products in
-# another order does. Not ConvNeXt: planning it took 10 minutes here (under load).
-LOSS_MODELS = ["resnet18", "vit_tiny_patch16_224"]
+# ResNet-18: BatchNorm and pools, and a plan that boxes less than data parallel (though it
+# splits no parameter on 2 ranks). Not MobileNetV2 or
+# ShuffleNetV2 at these sizes: BatchNorm over 16 values per channel makes their training
+# chaotic, and data parallel itself moves 0.5% and 0.7% at step 3 when the classifier's weight
+# is scaled by 1 + 1e-7 (measured on branch zoo), as summing partial products in another order
+# does. ViT (slice, concat, expand) passed too, at twice the cost: benchmarks/zoo.py checks the
+# losses of every model.
+LOSS_MODELS = ["resnet18"]
 
 
 @pytest.mark.ranks
@@ -120,5 +117,7 @@ def test_autoddl_plans_for_zoo_models_train_to_data_parallel_losses(ranks):
     for name, r in out.items():
         assert r["fallback"] is None, name
         assert r["no_rule"] == [], name
+        assert r["predicted_bytes"] < r["data_parallel_predicted_bytes"], (
+            f"{name}: the plan moves what data parallel's does"
+        )
         np.testing.assert_allclose(r["autoddl"], r["data_parallel"], rtol=1e-4, err_msg=name)
-    assert out["vit_tiny_patch16_224"]["sharded_parameters"] > 0
