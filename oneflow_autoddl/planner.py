@@ -5,6 +5,7 @@
     found   = descend(...)         coordinate descent from every start, under each objective
     best    = refine(...)          the pick by scheduled step and bytes, polished
     best    = fit_memory(...)      the cheapest price of memory at which a plan fits
+    (no plan fits: the repeated blocks recomputed in backward, and the steps above again)
     Plan    = assemble(...)        signatures, costs, baselines, boxings
 
 Each step is a function of `oneflow_autoddl.search` with its inputs and outputs named; the knobs
@@ -16,13 +17,14 @@ leanest plan needs.
 import logging
 import math
 import time
-from typing import Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from .assemble import assemble
 from .cost.cluster import Cluster, load_cluster
 from .errors import PlanningError
-from .ir import Graph
+from .ir import CHECKPOINT_COPY_PREFIX, Graph
 from .plan import Plan
+from .recompute import recompute_graph
 from .search import baselines
 from .search.executor import SERIAL, Executor
 from .search.fit import Memory, check_fits, descend_and_refine, fit_memory
@@ -30,6 +32,7 @@ from .search.memory import peak_memory
 from .search.options import SearchOptions
 from .search.problem import Problem, build_problem
 from .search.seeds import flat_graph, lift, seeds
+from .search.ties import repeated_blocks
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +67,17 @@ def plan(
         graph, cluster, hold, ranks_per_node, options.tie_layers, options.max_factor_entries
     )
     starts = seeds(problem)
+    recomputed: List[str] = []
     if strategy == "autoddl":
-        x = search(problem, starts, limit, options, executor, held=bool(hold))
+
+        def make(g: Graph) -> Problem:
+            return build_problem(
+                g, cluster, hold, ranks_per_node, options.tie_layers, options.max_factor_entries
+            )
+
+        problem, starts, x, recomputed = _autoddl(
+            graph, make, problem, starts, limit, options, executor, bool(hold)
+        )
     else:
         x = starts[strategy]
     result = assemble(
@@ -76,9 +88,76 @@ def plan(
         None if math.isinf(limit) else limit,
         options.transfers_kept,
     )
+    _without_copies(result, recomputed)
     for note in result.notes:
         log.warning(note)
     return result
+
+
+def _autoddl(
+    graph: Graph,
+    make: Callable[[Graph], Problem],
+    problem: Problem,
+    starts: Dict[str, Assignment],
+    limit: float,
+    options: SearchOptions,
+    executor: Executor,
+    held: bool,
+) -> Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]:
+    """(problem, starts, plan, blocks recomputed): the search's plan; where the memory limit
+    binds it and the graph has repeated blocks, also the plan with every block recomputed
+    (options.recompute), and the faster of the two that fit."""
+    x, bound = _search_within(problem, starts, limit, options, executor, held)
+    blocks = repeated_blocks(graph) if options.recompute and bound else []
+    if not blocks:
+        return problem, starts, _or_raise(x), []
+    log.info("the memory limit binds: also planning with %d blocks recomputed", len(blocks))
+    redone = make(recompute_graph(graph, blocks))
+    redone_starts = seeds(redone)
+    y = _or_raise(_search_within(redone, redone_starts, limit, options, executor, held)[0])
+    if not isinstance(x, PlanningError) and _fits(problem, x, limit):
+        kept = problem.evaluate(x).step_time <= redone.evaluate(y).step_time
+        if kept or not _fits(redone, y, limit):
+            return problem, starts, x, []
+    return redone, redone_starts, y, blocks
+
+
+def _or_raise(x: Union[Assignment, PlanningError]) -> Assignment:
+    if isinstance(x, PlanningError):
+        raise x
+    return x
+
+
+def _search_within(
+    problem: Problem,
+    starts: Dict[str, Assignment],
+    limit: float,
+    options: SearchOptions,
+    executor: Executor,
+    held: bool,
+) -> Tuple[Union[Assignment, PlanningError], bool]:
+    """(the search's plan, whether the memory limit bound it: the fastest plan did not fit);
+    (the error, True) where no plan can fit (search.fit.check_fits)."""
+    try:
+        return search(problem, starts, limit, options, executor, held)
+    except PlanningError as e:
+        return e, True
+
+
+def _fits(problem: Problem, x: Assignment, limit: float) -> bool:
+    return not math.isfinite(limit) or peak_memory(problem, x).bytes <= limit
+
+
+def _without_copies(plan: Plan, recomputed: List[str]) -> None:
+    """The plan of the user's graph: recomputed copies take their originals' signatures where
+    the hook retraces the graph with OneFlow's checkpointing (adapter.recompute)."""
+    if not recomputed:
+        return
+    plan.recompute = list(recomputed)
+    plan.ops = {n: e for n, e in plan.ops.items() if not n.startswith(CHECKPOINT_COPY_PREFIX)}
+    plan.unplanned_ops = {
+        n: e for n, e in plan.unplanned_ops.items() if not n.startswith(CHECKPOINT_COPY_PREFIX)
+    }
 
 
 def search(
@@ -88,19 +167,20 @@ def search(
     options: SearchOptions,
     executor: Executor,
     held: bool = False,
-) -> Assignment:
-    """The fastest plan whose peak memory per device is within `limit` bytes, from `starts` (and
-    the flat seed)."""
+) -> Tuple[Assignment, bool]:
+    """(the fastest plan whose peak memory per device is within `limit` bytes, from `starts`
+    and the flat seed; whether the limit bound it: the fastest plan found did not fit). A
+    PlanningError where no plan can fit (search.fit.check_fits)."""
     experts = list(starts.values())
     flat = flat_seed(problem, options, executor, held) if options.flat_seed else None
     if flat is not None:
         experts.append(flat)
     best = descend_and_refine(problem, experts, 0.0, options, executor)
-    if not math.isfinite(limit) or peak_memory(problem, best).bytes <= limit:
-        return best
+    if _fits(problem, best, limit):
+        return best, False
     memory = Memory(problem)  # what every candidate holds when: built only when it matters
     check_fits(problem, limit, memory)
-    return fit_memory(problem, best, limit, options, executor, memory)
+    return fit_memory(problem, best, limit, options, executor, memory), True
 
 
 def flat_seed(
@@ -118,7 +198,7 @@ def flat_seed(
         tie=options.tie_layers,
         max_factor_entries=options.max_factor_entries,
     )
-    x = search(flat, seeds(flat), math.inf, options, executor)
+    x, _ = search(flat, seeds(flat), math.inf, options, executor)
     return lift(problem, flat, x)
 
 

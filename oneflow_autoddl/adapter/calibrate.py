@@ -77,6 +77,9 @@ def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
     )
 
 
+LONGER = 3  # the longer add chain has (1 + LONGER) x STAGES ops
+
+
 def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str, float]]:
     """(FLOP/s, seconds per op, memory bandwidth, bytes/s per kernel kind) of one rank, all ranks
     at once, the chains taking turns: the kinds' figures are read against one another (a kind's
@@ -84,7 +87,8 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     not be taken at different loads. Matmuls of rows x width by width x width per rank, adds of 16
     and of ADD_ELEMS floats, the kinds on KERNEL_ROWS x KERNEL_WIDTH. A step costs something
     whatever its stages (starting it, fetching its output: across emulated nodes, tens of ms), so
-    the cost per op is the difference between chains of 16-float adds of two lengths, and every
+    the cost per op is the difference between chains of 16-float adds of two lengths (the longer
+    LONGER times as many ops more, so that the difference stands out of the noise), and every
     other stage's work is its time net of a short add chain's stage, which carries that share."""
     n = flow.env.get_world_size()
     holder = Holder(
@@ -100,7 +104,7 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     chains = [
         matmul,
         _add_chain(place, 16 * n),
-        _add_chain(place, 16 * n, 2 * STAGES),
+        _add_chain(place, 16 * n, (1 + LONGER) * STAGES),
         _add_chain(place, ADD_ELEMS * n),
         Chain(holder, lambda h, x: x - h.row),
     ]
@@ -115,7 +119,7 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     }
     return (
         2 * rows * width * width / max(matmul_s - empty, 1e-9),
-        max(longer - empty, 1e-9),
+        max((longer - empty) / LONGER, 1e-9),
         3 * 4 * ADD_ELEMS / max(add - empty, 1e-9),
         kernels,
     )

@@ -225,6 +225,28 @@ def megatron(problem: Problem) -> List[int]:
     )
 
 
+def megatron_zero(problem: Problem) -> List[int]:
+    """Megatron-style tensor parallelism on the last mesh axis, with parameters, gradients and
+    optimizer state sharded over the other axes (ZeRO stage 3 across the data-parallel axes, as
+    Megatron-LM's distributed optimizer does): where neither alone fits, this often does. On a
+    1-D mesh, Megatron-style."""
+    x = megatron(problem)
+    tp = problem.mesh.ndim - 1
+    if tp == 0:
+        return x
+    for v in _param_vars(problem):
+        tensor_parallel = _var_sbp(problem, v, x[v])[tp]
+        sharded = [
+            k
+            for k in range(problem.domain[v])
+            if _var_sbp(problem, v, k)[tp] == tensor_parallel
+            and all(s.is_split for a, s in enumerate(_var_sbp(problem, v, k)) if a != tp)
+        ]
+        if sharded:
+            x[v] = min(sharded, key=lambda k: (problem.memory[v][k], k))
+    return x
+
+
 def replicated(problem: Problem) -> List[int]:
     """Every op on every device with whole tensors: no communication but the inputs'."""
     pins: Pins = {}

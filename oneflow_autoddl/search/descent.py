@@ -76,7 +76,7 @@ class Descent:
         their groups' elimination programs (which depend on the problem's structure only)."""
         self.problem = problem
         self.unary = problem.unary(memory_weight)
-        self.tables = problem.tables(weights)
+        self.tables = problem.tables(weights, memory_weight)
         self.memory_weight = memory_weight
         self.max_table_entries = max_table_entries
         if groups is None:

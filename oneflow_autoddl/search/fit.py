@@ -19,7 +19,7 @@ from ..errors import PlanningError
 from ..mesh import format_mesh
 from .descend import descend, sweep
 from .executor import Executor
-from .memory import MemoryItem, memory_items, usage_at
+from .memory import MemoryItem, memory_items, peak_memory, usage_at
 from .options import SearchOptions
 from .prices import StepPrices, lower_bound, step_prices
 from .problem import Price, Problem
@@ -43,10 +43,12 @@ class Memory:
         self.steps = max((item.end for item in self.items), default=0)
 
     def usage(self, x: Sequence[int]) -> np.ndarray:
+        """Bytes held at each step as the items count them (a bound: see search.memory)."""
         return usage_at(self.items, x, self.steps)
 
     def peak(self, x: Sequence[int]) -> float:
-        return float(self.usage(x).max()) if self.steps else 0.0
+        """The exact peak of x's timeline, as the Plan reports it (at most the items' bound)."""
+        return peak_memory(self.problem, x).bytes
 
     def least(self) -> np.ndarray:
         return lower_bound(self.items, self.steps)
@@ -59,7 +61,9 @@ class Memory:
         return out
 
     def prices(self, per_step: np.ndarray) -> StepPrices:
-        return step_prices(self.items, list(self.problem.domain), per_step)
+        p = self.problem
+        factor_vars = [f.vars for f in p.factors]
+        return step_prices(self.items, list(p.domain), per_step, factor_vars, p.factors_of)
 
 
 def check_fits(problem: Problem, limit: float, memory: Optional[Memory] = None) -> None:
@@ -105,22 +109,22 @@ def fit_memory(
     """`best` if its peak fits `limit`; else the plan found at the cheapest price of memory that
     fits (the leanest plan found, if no price in `options.penalty_rounds` rounds does)."""
     memory = memory or Memory(problem)
-    usage = memory.usage(best)
-    if usage.max() <= limit:
+    if memory.peak(best) <= limit:
         return best
+    usage = memory.usage(best)
     over = np.zeros(memory.steps)  # where the plans found held more than the limit, how much
     scale = max(problem.objective(best), 1e-12) / max(float(usage.max()), 1.0)
     lean = [int(np.argmin(e)) for e in memory.prices(np.ones(memory.steps)).unary]
     lo, hi, fit, x = 0.0, scale, None, best
-    leanest = (float(usage.max()), best)
+    leanest = (memory.peak(best), best)
     for _ in range(options.penalty_rounds):
         over += np.maximum(usage - limit, 0.0) / limit
         prices = memory.prices(hi * over)
         x = descend_and_refine(problem, [x, best, lean], prices, options, executor)
-        usage = memory.usage(x)
-        leanest = min(leanest, (float(usage.max()), x))
-        log.debug("memory price %.3g: peak %s", hi, _gib(float(usage.max())))
-        if usage.max() <= limit:
+        usage, peak = memory.usage(x), memory.peak(x)
+        leanest = min(leanest, (peak, x))
+        log.debug("memory price %.3g: peak %s", hi, _gib(peak))
+        if peak <= limit:
             fit = x
             break
         lo, hi = hi, hi * 8

@@ -88,43 +88,31 @@ def memory_items(problem: Problem, order: Optional[Sequence[str]] = None) -> Lis
 def _boxing_items(
     problem: Problem, ends: TensorEnds, spans: Spans, tables: Dict[tuple, list]
 ) -> List[MemoryItem]:
-    """The blobs boxing one tensor holds, over its producer's and consumers' variables (runs of
-    consumers where one table would be too large); `tables` memoises them for tensors alike
-    (tied layers: same variables, positions, blobs, shape and dtype)."""
+    """The blobs boxing one tensor holds, over its producer's and consumers' variables (in the
+    runs of consumers its boxing factors take, so that a price per step can charge them to
+    those factors); `tables` memoises them for tensors alike (tied layers: same variables,
+    positions, blobs, shape and dtype)."""
     t = ends.tensor
     readers = [c for c in ends.consumers if not c.strict]
     if not readers:
         return []
     key = (
-        tuple((e.var, e.pos, e.bn) for e in [ends.producer] + readers),
+        tuple((e.var, e.pos, e.bn, e.strict) for e in [ends.producer] + ends.consumers),
         t.shape,
         t.dtype,
     )
     if key not in tables:
-        tables[key] = [
-            _boxing_table(problem, ends, run) for run in _runs(problem, ends.producer, readers)
+        runs = [
+            [ends.consumers[i] for i in chunk if not ends.consumers[i].strict]
+            for chunk in problem.chunks(ends.producer, ends.consumers)
         ]
+        tables[key] = [_boxing_table(problem, ends, run) for run in runs if run]
     span = spans.tensor(t.lbn, [problem.units[c.unit].ops[c.pos] for c in readers])
     return [
         MemoryItem(vars_, table, *span, "buffers", f"{t.lbn}->boxing")
         for vars_, table in tables[key]
         if table.any()
     ]
-
-
-def _runs(problem: Problem, p: Endpoint, consumers: List[Endpoint]) -> List[List[Endpoint]]:
-    """Consumers in runs whose joint table with the producer stays within the problem's
-    max_factor_entries."""
-    runs: List[List[Endpoint]] = [[]]
-    vars_ = {p.var}
-    for c in sorted(consumers, key=lambda c: (problem.domain[c.var], c.var)):
-        grown = vars_ | {c.var}
-        if runs[-1] and np.prod([problem.domain[v] for v in grown]) > problem.max_factor_entries:
-            runs.append([])
-            grown = {p.var, c.var}
-        runs[-1].append(c)
-        vars_ = grown
-    return runs
 
 
 def _boxing_table(

@@ -66,6 +66,10 @@ class SearchOptions:
     # bisections of the interval back towards the cheapest price that fits.
     penalty_rounds: int = 12
     bisections: int = 2
+    # Where no plan fits, recompute the activations of every repeated block (search.ties) in
+    # backward, as OneFlow's activation checkpointing does, and search that graph
+    # (oneflow_autoddl.recompute): a block then holds its inputs only, for one more forward.
+    recompute: bool = True
 
     # -- the report --------------------------------------------------------------------------
     transfers_kept: int = 50  # the costliest boxings a plan lists

@@ -2,13 +2,15 @@
 
 Memory must stay under the limit at every time step of the step (search.memory: items with
 live spans). A Lagrangian relaxation prices each step's bytes: an item then costs its usage
-times the sum of the prices over its span, added to its variable's candidates (an item over
-several variables, a boxing's blobs, to the first of them at the most the others' choices make
-it: the descents see a bound, the final check is exact). The search raises the
-prices where the peak is over the limit until a plan fits (search.fit).
+times the sum of the prices over its span, added to its variable's candidates. An item over
+several variables (a boxing's blobs, which depend on the SBPs at both ends) is added to the
+boxing factor over the same variables, so that the descents see exactly what a joint choice
+holds; where no factor covers its variables, to the first of them at the most the others'
+choices make it (a bound; the final check is exact). The search raises the prices where the
+peak is over the limit until a plan fits (search.fit).
 """
 
-from typing import TYPE_CHECKING, List, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -17,32 +19,71 @@ if TYPE_CHECKING:  # search.memory builds on search.problem, which prices with t
 
 
 class StepPrices:
-    """Extra cost per variable and candidate for holding memory: compared by identity, so that
-    the search's caches keep one set of tables per price."""
+    """Extra cost for holding memory, per variable and candidate (`unary`) and per factor and
+    joint choice (`factors`: factor index -> table over that factor's variables): compared by
+    identity, so that the search's caches keep one set of tables per price."""
 
-    def __init__(self, unary: List[np.ndarray], scale: float):
+    def __init__(self, unary: List[np.ndarray], factors: Dict[int, np.ndarray], scale: float):
         self.unary = unary
+        self.factors = factors
         self.scale = scale  # the price of a byte held over every step, in seconds
+
+    def factor_cost(self, vars_of: Sequence[Tuple[int, ...]], x: Sequence[int]) -> float:
+        """What the factor extras add at x (`vars_of[f]`: factor f's variables)."""
+        return sum(float(t[tuple(x[v] for v in vars_of[f])]) for f, t in self.factors.items())
 
     def __repr__(self) -> str:
         return f"StepPrices(scale={self.scale:.3g})"
 
 
 def step_prices(
-    items: Sequence["MemoryItem"], domain: Sequence[int], prices: np.ndarray
+    items: Sequence["MemoryItem"],
+    domain: Sequence[int],
+    prices: np.ndarray,
+    factor_vars: Sequence[Tuple[int, ...]] = (),
+    factors_of: Sequence[Sequence[int]] = (),
 ) -> StepPrices:
-    """`prices[t]` seconds per byte held at step t, as extra costs over the variables."""
+    """`prices[t]` seconds per byte held at step t, as extra costs over the variables and over
+    the factors (`factor_vars[f]`: factor f's variables; `factors_of[v]`: the factors of v)."""
     through = np.concatenate([[0.0], np.cumsum(prices)])
     extra = [np.zeros(int(d)) for d in domain]
+    joint: Dict[int, np.ndarray] = {}
     for item in items:
         weight = through[item.end] - through[item.start]
         if weight <= 0:
             continue
-        usage = item.usage
-        if len(item.vars) > 1:
-            usage = usage.max(axis=tuple(range(1, usage.ndim)))
-        extra[item.vars[0]] += weight * usage
-    return StepPrices(extra, float(through[-1]))
+        if len(item.vars) == 1:
+            extra[item.vars[0]] += weight * item.usage
+            continue
+        f = _covering(item.vars, factor_vars, factors_of)
+        if f is None:  # no factor over these variables: a bound on the first
+            extra[item.vars[0]] += weight * item.usage.max(axis=tuple(range(1, item.usage.ndim)))
+            continue
+        table = _spread(item, factor_vars[f], domain) * weight
+        joint[f] = joint[f] + table if f in joint else table
+    return StepPrices(extra, joint, float(through[-1]))
+
+
+def _covering(
+    vars_: Tuple[int, ...],
+    factor_vars: Sequence[Tuple[int, ...]],
+    factors_of: Sequence[Sequence[int]],
+) -> Optional[int]:
+    """A factor over all of `vars_` (the smallest), if any."""
+    if not factors_of:
+        return None
+    covering = [f for f in factors_of[vars_[0]] if set(vars_) <= set(factor_vars[f])]
+    if not covering:
+        return None
+    return min(covering, key=lambda f: len(factor_vars[f]))
+
+
+def _spread(item: "MemoryItem", onto: Tuple[int, ...], domain: Sequence[int]) -> np.ndarray:
+    """The item's usage as a table over the variables `onto` (a superset of the item's)."""
+    order = sorted(range(len(item.vars)), key=lambda i: onto.index(item.vars[i]))
+    usage = np.transpose(item.usage, order)
+    shape = [int(domain[v]) if v in item.vars else 1 for v in onto]
+    return np.broadcast_to(usage.reshape(shape), [int(domain[v]) for v in onto]).copy()
 
 
 def lower_bound(items: Sequence["MemoryItem"], steps: int) -> np.ndarray:

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 # Plans are therefore compared exactly where it matters (Problem.evaluate, in the planner).
 # 1 << 18 found plans 0.3% faster on the examples' GPT on 2x2 but took 1.7x as long to plan them.
 MAX_FACTOR_ENTRIES = 1 << 16
+MAX_FACTOR_VARS = 16  # numpy arrays hold at most 32 axes; elimination joins two factors
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class Problem:
             self._make_factors()
         )  # boxing time tables, and their latency part
         self._weighted: Dict[Weights, List[Factor]] = {SERIAL: self.factors}
+        self._priced_tables: Dict[tuple, List[Factor]] = {}
         self.scheduler = Scheduler(graph)
         self._ends_index = self._index_ends()
         self.factors_of: List[List[int]] = [[] for _ in self.var_units]
@@ -299,7 +301,7 @@ class Problem:
             )
         if not dsts:
             return out
-        for chunk in self._chunks(p, ends.consumers):
+        for chunk in self.chunks(p, ends.consumers):
             vars_ = tuple(sorted({p.var, *(ends.consumers[i].var for i in chunk)}))
             consumers, ids = [ends.consumers[i] for i in chunk], [dsts[i] for i in chunk]
             out.append(
@@ -341,9 +343,11 @@ class Problem:
             )
         return self._boxing[key]
 
-    def _chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
-        """Consumers in runs whose joint table with the producer stays under MAX_FACTOR_ENTRIES;
-        those of one variable, and those with few candidates, first, so that runs hold many."""
+    def chunks(self, p: Endpoint, consumers: List[Endpoint]) -> List[List[int]]:
+        """Consumers in runs whose joint table with the producer stays under MAX_FACTOR_ENTRIES
+        and MAX_FACTOR_VARS variables (a tensor read by dozens of ops with one candidate each
+        would otherwise exceed numpy's 32 axes); those of one variable, and those with few
+        candidates, first, so that runs hold many."""
         chunks: List[List[int]] = []
         current: List[int] = []
         vars_ = {p.var}
@@ -353,7 +357,8 @@ class Problem:
         for i in order:
             c = consumers[i]
             grown = vars_ | {c.var}
-            if current and int(np.prod([self.domain[v] for v in grown])) > self.max_factor_entries:
+            too_big = int(np.prod([self.domain[v] for v in grown])) > self.max_factor_entries
+            if current and (too_big or len(grown) > MAX_FACTOR_VARS):
                 chunks.append(current)
                 current, grown = [], {p.var, c.var}
             current.append(i)
@@ -377,17 +382,38 @@ class Problem:
     def memory_cost(self, x: Sequence[int], memory_weight: "Price") -> float:
         """What the price of memory adds to the objective at x."""
         if isinstance(memory_weight, StepPrices):
-            return float(sum(e[x[v]] for v, e in enumerate(memory_weight.unary)))
+            unary = float(sum(e[x[v]] for v, e in enumerate(memory_weight.unary)))
+            return unary + memory_weight.factor_cost([f.vars for f in self.factors], x)
         return memory_weight * self.memory_of(x) if memory_weight else 0.0
 
     def _gather(self, key: tuple, make) -> "Gather":
+        """The gather under `key`, made once; those of one price per time step are kept only
+        until another price's are made (the search moves on from a price, never back)."""
         if key not in self._gathers:
+            prices = [k for k in key if isinstance(k, StepPrices)]
+            if prices:
+                stale = [
+                    k
+                    for k in self._gathers
+                    if any(isinstance(i, StepPrices) and i is not prices[0] for i in k)
+                ]
+                for k in stale:
+                    del self._gathers[k]
             self._gathers[key] = make()
         return self._gathers[key]
 
-    def tables(self, weights: Weights = SERIAL) -> List[Factor]:
-        """The factors as `weights` price them (aligned with self.factors: same variables).
-        What OneFlow cannot do stays INFEASIBLE whatever the weights."""
+    def tables(self, weights: Weights = SERIAL, memory_weight: "Price" = 0.0) -> List[Factor]:
+        """The factors as `weights` price them (aligned with self.factors: same variables), plus
+        what a price per time step charges for the boxings' blobs. What OneFlow cannot do stays
+        INFEASIBLE whatever the weights."""
+        if isinstance(memory_weight, StepPrices) and memory_weight.factors:
+            key = (weights, memory_weight)
+            if key not in self._priced_tables:
+                timed = list(self.tables(weights))
+                for f, extra in memory_weight.factors.items():
+                    timed[f] = Factor(timed[f].vars, timed[f].table + extra)
+                self._priced_tables = {key: timed}  # one price at a time: the search's order
+            return self._priced_tables[key]
         if weights not in self._weighted:
             self._weighted[weights] = [
                 Factor(
@@ -409,8 +435,10 @@ class Problem:
         unary = self._gather(
             ("unary", memory_weight), lambda: Gather.of_unary(self.unary(memory_weight))
         )
+        priced = memory_weight if isinstance(memory_weight, StepPrices) else None
         factors = self._gather(
-            ("factors", weights), lambda: Gather.of_factors(self.tables(weights))
+            ("factors", weights, priced),
+            lambda: Gather.of_factors(self.tables(weights, memory_weight)),
         )
         xa: np.ndarray = np.asarray(x, dtype=np.int64)
         return unary.total(xa) + factors.total(xa)
@@ -426,7 +454,7 @@ class Problem:
         """What setting `var` to candidate k adds to objective(x, memory_weight, weights)."""
         unary = self.unary(memory_weight)[var]
         delta = float(unary[k] - unary[x[var]])
-        tables = self.tables(weights)
+        tables = self.tables(weights, memory_weight)
         for fid in self.factors_of[var]:
             f = tables[fid]
             delta += float(
@@ -447,7 +475,7 @@ class Problem:
         unary = self.unary(memory_weight)[var]
         delta = unary - unary[x[var]]
         for fid in self.factors_of[var]:
-            f = self.tables(weights)[fid]
+            f = self.tables(weights, memory_weight)[fid]
             row = f.table[tuple(slice(None) if u == var else x[u] for u in f.vars)]
             delta = delta + (row - f.table[tuple(x[u] for u in f.vars)])
         return delta

@@ -22,6 +22,8 @@ Assignment = List[int]
 def seeds(problem: Problem) -> Dict[str, Assignment]:
     """The expert plans, everything replicated, and OneFlow's own inference where known."""
     out = {name: fn(problem) for name, fn in baselines.BASELINES.items()}
+    if problem.mesh.ndim > 1:
+        out["megatron_zero"] = baselines.megatron_zero(problem)
     out["replicated"] = baselines.replicated(problem)
     native = baselines.native(problem)
     if native is not None:

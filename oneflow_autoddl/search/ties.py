@@ -15,7 +15,7 @@ keeps the small last layer replicated and moves fewer bytes.
 import re
 from typing import Dict, List, Tuple
 
-from ..ir import Graph
+from ..ir import CHECKPOINT_COPY_PREFIX, Graph
 
 _INDEX = re.compile(r"^\d+$")
 
@@ -50,18 +50,42 @@ def _member_key(graph: Graph, names: List[str], prefix: str):
     return tuple(key)
 
 
-def tie_ops(graph: Graph) -> Dict[str, str]:
-    """op name -> the op whose choice it shares (itself when it is not tied)."""
+def repeated_blocks(graph: Graph) -> List[str]:
+    """The scopes of the repeated layers tie_ops finds (every member, the first included), in
+    the graph's order: the blocks whose activations can be recomputed as one decision."""
+    members, blocks = _members(graph), []
+    for prefix, indices in _by_prefix(members).items():
+        keys: Dict[tuple, List[int]] = {}
+        for index in sorted(indices):
+            names = members[(prefix, index)]
+            if any(graph.op(name).role == "variable" for name in names):
+                keys.setdefault(_member_key(graph, names, f"{prefix}.{index}"), []).append(index)
+        blocks += [f"{prefix}.{i}" for same in keys.values() if len(same) > 1 for i in same]
+    return blocks
+
+
+def _members(graph: Graph) -> Dict[Tuple[str, int], List[str]]:
     members: Dict[Tuple[str, int], List[str]] = {}
     for op in graph.ops.values():  # topological order, so member op lists are ordered too
         fam = _family(op.scope)
-        if fam is not None:
+        if fam is not None and not op.name.startswith(CHECKPOINT_COPY_PREFIX):
             members.setdefault(fam, []).append(op.name)
-    rep = {name: name for name in graph.ops}
+    return members
+
+
+def _by_prefix(members: Dict[Tuple[str, int], List[str]]) -> Dict[str, List[int]]:
     by_prefix: Dict[str, List[int]] = {}
     for prefix, index in members:
         by_prefix.setdefault(prefix, []).append(index)
-    for prefix, indices in by_prefix.items():
+    return by_prefix
+
+
+def tie_ops(graph: Graph) -> Dict[str, str]:
+    """op name -> the op whose choice it shares (itself when it is not tied). A recomputed copy
+    of an op (oneflow_autoddl.recompute) shares its original's: OneFlow gives it the same SBP."""
+    members = _members(graph)
+    rep = {name: name for name in graph.ops}
+    for prefix, indices in _by_prefix(members).items():
         first_of_key: Dict[tuple, List[str]] = {}
         for index in sorted(indices):
             names = members[(prefix, index)]
@@ -73,4 +97,8 @@ def tie_ops(graph: Graph) -> Dict[str, str]:
                     rep[name] = rep[head]
             else:
                 first_of_key[key] = names
+    for name in graph.ops:
+        original = name[len(CHECKPOINT_COPY_PREFIX) :]
+        if name.startswith(CHECKPOINT_COPY_PREFIX) and original in rep:
+            rep[name] = rep[original]
     return rep

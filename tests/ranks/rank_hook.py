@@ -9,6 +9,7 @@ import oneflow as flow
 
 import oneflow_autoddl
 from examples import models as rank_models
+from oneflow_autoddl import planner as autoddl_planner
 from oneflow_autoddl.adapter import writeback
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import compiled_mismatches
@@ -29,7 +30,15 @@ def _train(graph, inputs, steps):
     return [float(graph(*inputs).numpy()) for _ in range(steps)]
 
 
-def _report(graph, losses):
+def _differs_from_data_parallel(graph, plan, cluster: str) -> int:
+    """How many ops the plan gives another signature than data parallel does on the same Job."""
+    dp = autoddl_planner.plan(read_job(graph._full_graph_proto), cluster, strategy="data_parallel")
+    return sum(
+        1 for n, op in plan.ops.items() if n in dp.ops and op.signature != dp.ops[n].signature
+    )
+
+
+def _report(graph, losses, cluster: str = "cpu-local"):
     plan = oneflow_autoddl.plan_of(graph)
     out = {"losses": losses, "fallback": getattr(graph, "_autoddl_fallback", None), "plan": None}
     if plan is not None:
@@ -37,6 +46,7 @@ def _report(graph, losses):
             "split": sorted(
                 n for n, s in plan.variables.items() if any(x.kind != "B" for x in parse_nd(s))
             ),
+            "differs": _differs_from_data_parallel(graph, plan, cluster),
             "ops": len(plan.ops),
             "mismatches": compiled_mismatches(graph._compiled_graph_proto, plan),
             "notes": plan.notes,
@@ -74,7 +84,7 @@ def compare(
             {
                 "case": [model, optimizer, planner],
                 "dp": dp,
-                **_report(graph, _train(graph, inputs, steps)),
+                **_report(graph, _train(graph, inputs, steps), cluster),
                 "seconds": [dp_seconds, time.perf_counter() - start - dp_seconds],
             }
         )

@@ -35,11 +35,13 @@ def test_plugin_losses_equal_data_parallel(runs):
 
 @pytest.mark.ranks
 def test_plans_differ_from_data_parallel(runs):
-    """At least one parameter split in each AutoDDL plan, so equal losses say something."""
+    """Each AutoDDL plan gives some ops other signatures than data parallel, so that equal losses
+    say something (under a memory limit, splitting parameters does not always pay: the tiny GPT
+    with SGD holds more in its boxings' buffers than in its parameters)."""
     mesh, out = runs
     for r in out["results"]:
         if r["case"][2] == "autoddl":
-            assert r["plan"]["split"], r["case"]
+            assert r["plan"]["differs"] > 0, r["case"]
 
 
 @pytest.mark.ranks

@@ -47,12 +47,12 @@ def test_gpt3_on_1024_a100s(tmp_path):
     assert "| autoddl" in out.stdout and "| megatron" in out.stdout
     plan = json.loads((tmp_path / "p.json").read_text())
     print(f"\nGPT-3 175B on 128x8 dgx-a100: search {plan['search_time_s']:.2f} s")
-    assert plan["predicted"]["memory_per_device"] <= plan["memory_limit_bytes"]
+    limit = plan["memory_limit_bytes"]
+    assert plan["predicted"]["peak_memory_per_device"] <= limit
     for name in ("data_parallel", "megatron", "zero"):
         assert plan["baselines"][name]["step_time_s"] > 0
-    assert plan["predicted"]["step_time_s"] <= min(
-        b["step_time_s"] for b in plan["baselines"].values()
-    )
+    fitting = [b for b in plan["baselines"].values() if b["peak_memory_per_device"] <= limit]
+    assert all(plan["predicted"]["step_time_s"] <= b["step_time_s"] for b in fitting)
 
 
 def test_vgg16_on_a_2d_mesh(tmp_path):

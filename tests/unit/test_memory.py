@@ -12,6 +12,7 @@ from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.sbp import B, P, S, Signature, parse_nd
 from oneflow_autoddl.search import baselines
 from oneflow_autoddl.search.memory import memory_items, peak_of, usage_at
+from oneflow_autoddl.search.options import SearchOptions
 from oneflow_autoddl.search.problem import build_problem
 
 PLACE = Placement("cpu", (0, 1), (2,))
@@ -211,7 +212,7 @@ def test_no_plan_fitting_names_the_least_memory_and_what_it_is_made_of():
     g = build_gpt(2, 1024, 16, 256, 50257, 64, (4,))
     lean = float(Memory(build_problem(g, load_cluster("dgx-a100"))).least().max())
     with pytest.raises(PlanningError) as e:
-        plan(g, "dgx-a100", memory_limit=0.9 * lean)
+        plan(g, "dgx-a100", memory_limit=0.9 * lean, options=SearchOptions(recompute=False))
     message = str(e.value)
     need = float(re.search(r"holds at its peak is ([\d.]+) GiB", message).group(1))
     parts = dict(
@@ -225,3 +226,24 @@ def test_no_plan_fitting_names_the_least_memory_and_what_it_is_made_of():
     assert {"parameters", "optimizer state", "activations"} <= set(parts)
     assert sum(parts.values()) == pytest.approx(need, abs=0.004)
     assert need == pytest.approx(lean / 2**30, abs=0.001)
+
+
+def test_where_no_plan_fits_the_repeated_blocks_are_recomputed():
+    """Below the least memory of any plan that keeps its activations, the plan recomputes every
+    layer in backward and fits; its ops are the graph's own (no recomputed copies)."""
+    from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.recompute import recompute_graph
+    from oneflow_autoddl.search.fit import Memory
+    from oneflow_autoddl.search.ties import repeated_blocks
+
+    g = build_gpt(2, 1024, 16, 256, 50257, 64, (4,))
+    cluster = load_cluster("dgx-a100")
+    keep = float(Memory(build_problem(g, cluster)).least().max())
+    blocks = repeated_blocks(g)
+    assert blocks == ["model.h.0", "model.h.1"]
+    redo = float(Memory(build_problem(recompute_graph(g, blocks), cluster)).least().max())
+    assert redo < keep
+    p = plan(g, cluster, memory_limit=(redo + keep) / 2)
+    assert p.recompute == blocks
+    assert p.predicted.peak_memory_per_device <= (redo + keep) / 2
+    assert set(p.ops) | set(p.unplanned_ops) == set(g.ops)

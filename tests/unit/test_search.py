@@ -150,7 +150,7 @@ def searched(graph, cluster, options=OPTIONS):
     """(problem, the plan the search finds with no memory limit, the seeds)."""
     problem = build_problem(graph, cluster, tie=options.tie_layers)
     starts = seeds(problem)
-    return problem, search(problem, starts, np.inf, options, HERE), starts
+    return problem, search(problem, starts, np.inf, options, HERE)[0], starts
 
 
 def test_descent_matches_exhaustive_optimum_on_the_suite():
@@ -427,3 +427,47 @@ def test_no_flat_seed_when_the_batch_does_not_split_over_every_device():
     graph = build_gpt(2, 64, 4, 8, 64, 16, (16, 64))
     problem = build_problem(graph, load_cluster("piz-daint"))
     assert flat_seed(problem, OPTIONS, HERE, held=False) is None
+
+
+def test_a_tensor_read_by_dozens_of_ops_keeps_its_factors_within_numpy_s_axes(cpu):
+    """Each reader of one candidate adds an axis of one to its boxing factor: the readers go in
+    runs of at most MAX_FACTOR_VARS variables (numpy holds 32 axes)."""
+    from oneflow_autoddl.search.problem import MAX_FACTOR_VARS
+
+    kit = Kit((2,))
+    x = kit.input("x", (8, 16))
+    for i in range(40):
+        kit.output(f"out{i}", kit.unary(f"m{i}", "relu", x))
+    problem = Problem(kit.graph(), CostModel(cpu, (2,)))
+    assert max(len(f.vars) for f in problem.factors) <= MAX_FACTOR_VARS
+    assert problem.objective([0] * len(problem.domain)) >= 0
+
+
+@pytest.mark.parametrize("mesh", [(4,), (2, 2)])
+def test_a_price_per_step_charges_each_joint_choice_what_it_holds(cpu, mesh):
+    """What a StepPrices adds to the objective at x is each item's bytes at x times the prices
+    over its span: exactly where a factor covers the item's variables (boxings' blobs), at most
+    the item's most bytes where none does (a boxing that never costs time has no factor)."""
+    g = build_gpt(layers=2, hidden=16, heads=2, seq_len=4, vocab=32, batch=8, mesh=mesh)
+    problem = build_problem(g, cpu)
+    memory = Memory(problem)
+    rng = np.random.RandomState(0)
+    per_step = rng.rand(memory.steps)
+    prices = memory.prices(per_step)
+    through = np.concatenate([[0.0], np.cumsum(per_step)])
+    joint = [i for i in memory.items if len(i.vars) > 1]
+    assert joint and prices.factors  # boxings' blobs are priced on their factors
+    factor_vars = [set(f.vars) for f in problem.factors]
+    loose = {id(i) for i in joint if not any(set(i.vars) <= f for f in factor_vars)}
+    assert len(loose) <= len(joint) / 10
+    for name, x in seeds(problem).items():
+        span = [through[i.end] - through[i.start] for i in memory.items]
+        held = sum(i.at(x) * w for i, w in zip(memory.items, span))
+        slack = sum(
+            (float(i.usage.max()) - i.at(x)) * w
+            for i, w in zip(memory.items, span)
+            if id(i) in loose
+        )
+        added = problem.objective(x, prices) - problem.objective(x)
+        assert held * (1 - 1e-6) <= added <= (held + slack) * (1 + 1e-6), name
+        assert problem.memory_cost(x, prices) == pytest.approx(added, rel=1e-6), name
