@@ -81,6 +81,14 @@ def largest_relative_difference(a: Sequence[float], b: Sequence[float]) -> float
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
+def steps_equal(a: Sequence[float], b: Sequence[float]) -> str:
+    """'k/n': the first k of the n steps' losses of a equal b's within RTOL."""
+    k = 0
+    while k < min(len(a), len(b)) and np.isclose(a[k], b[k], rtol=RTOL, atol=0):
+        k += 1
+    return f"{k}/{len(b)}"
+
+
 def misses(autoddl: dict, dp: dict, native: dict) -> List[str]:
     """Issue 16's checks the AutoDDL row fails: measured slower than data parallel or the native
     pass (sign test), more bytes than native without a measured win over it, planning slower
@@ -125,6 +133,7 @@ def rows_of(group: List[dict]) -> List[dict]:
                 "vs_dp": "-" if r is dp else verdict(r, dp),
                 "vs_native": "-" if r is native else verdict(r, native),
                 "losses_equal_dp": losses_equal(r["losses"], dp["losses"]),
+                "steps_equal_dp": steps_equal(r["losses"], dp["losses"]),
                 "loss_rel_diff_all_steps": largest_relative_difference(r["losses"], dp["losses"]),
                 "misses": (", ".join(misses(r, dp, native)) or "none") if r is autoddl else "",
                 "note": r["note"],
@@ -165,7 +174,8 @@ COLUMNS = [
     ("no_rule", "ops with no rule"),
     ("vs_dp", "vs DP"),
     ("vs_native", "vs native"),
-    ("losses_equal_dp", "losses = DP"),
+    ("losses_equal_dp", f"losses = DP ({LOSS_STEPS} steps)"),
+    ("steps_equal_dp", "steps = DP"),
     ("misses", "issue 16 misses"),
 ]
 

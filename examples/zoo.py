@@ -32,8 +32,8 @@ OPTIMIZERS = ("sgd", "adamw")
 @dataclass(frozen=True)
 class ZooModel:
     """A zoo model: `make(image_size, num_classes)` builds it; `image_size` and `batch` are the
-    defaults (the batch, divisible by 4 ranks, keeps a training step on 2 CPU ranks here to a
-    few seconds)."""
+    defaults (a batch divisible by 4 ranks; Swin's is 4: at 8 its data-parallel step took 9.2 s
+    on 2 CPU ranks here, issue 16)."""
 
     make: Callable[[int, int], flow.nn.Module]
     image_size: int

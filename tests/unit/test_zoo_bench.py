@@ -55,6 +55,7 @@ def test_rows_hold_the_verdicts_losses_and_the_issues_misses():
     assert auto["vs_dp"] == "faster 12/12" and auto["vs_native"] == "slower 0/12"
     assert auto["no_rule"] == "concat (1), roll (2)" and dp["no_rule"] == "-"
     assert dp["losses_equal_dp"] and native["losses_equal_dp"] and not auto["losses_equal_dp"]
+    assert dp["steps_equal_dp"] == "5/5" and auto["steps_equal_dp"] == "1/5"
     assert auto["planning_s"] == 3.0 and native["planning_s"] is None
     assert auto["misses"] == (
         "slower than native, more bytes than native, not faster, "
@@ -77,5 +78,5 @@ def test_an_autoddl_row_that_wins_misses_nothing():
         ),
     ]
     auto = rows_of(group)[2]
-    assert auto["misses"] == "none" and auto["losses_equal_dp"]
+    assert auto["misses"] == "none" and auto["losses_equal_dp"] and auto["steps_equal_dp"] == "4/5"
     assert abs(auto["loss_rel_diff_all_steps"] - 0.01) < 1e-9
