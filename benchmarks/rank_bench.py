@@ -8,7 +8,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import oneflow as flow
 
@@ -97,7 +97,7 @@ def measure(
     plans,
     steps: int = 2,
     warmup: int = 2,
-    batch: int = 8,
+    batch: Optional[int] = 8,
     sizes=None,
     cluster: str = "cpu-local",
     optimizer: str = "default",
@@ -112,7 +112,8 @@ def measure(
     benchmarks.netcluster), also the TCP payload the rank's node sent to other nodes a step,
     divided among the node's ranks; `costed_on` other clusters, the predicted step on each.
     `builder`: the module whose build(model, mesh, plan, batch=, optimizer=, sizes=, **flags)
-    gives the graphs (examples.models, examples.zoo). Every row holds the plan's first call
+    gives the graphs (examples.models, examples.zoo; batch None: the zoo model's own). Every
+    row holds the plan's first call
     (trace, pass, compile and one step) and the op types it left with no rule; with
     `pass_time`, the native row also the time OneFlow's native pass adds to the trace (a data
     parallel trace subtracted).
