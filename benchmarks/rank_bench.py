@@ -113,10 +113,9 @@ def measure(
     divided among the node's ranks; `costed_on` other clusters, the predicted step on each.
     `builder`: the module whose build(model, mesh, plan, batch=, optimizer=, sizes=, **flags)
     gives the graphs (examples.models, examples.zoo; batch None: the zoo model's own). Every
-    row holds the plan's first call
-    (trace, pass, compile and one step) and the op types it left with no rule; with
-    `pass_time`, the native row also the time OneFlow's native pass adds to the trace (a data
-    parallel trace subtracted).
+    row holds the plan's first call (trace, pass, compile and one step) and the op types it
+    left with no rule; with `pass_time`, the native row also the time OneFlow's native pass
+    adds to the trace (a data parallel trace subtracted).
 
     The plans' graphs are all built first. Then each round runs every plan for one block of
     `steps` timed steps, after one untimed step that brings the plan's state back into the
