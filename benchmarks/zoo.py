@@ -19,7 +19,10 @@ the first LOSS_STEPS steps: every step trains on the same batch, and once the lo
 the JSON also holds the largest relative difference over all steps.
 The AutoDDL row also says which of issue 16's checks it misses. The 2 x 2 mesh runs the
 models of --models-2x2 only (one launch per model and mesh: a process keeps every graph it
-built).
+built). Memory: CPU ranks reuse none (every blob of a step is held for the run), and the plans'
+graphs are all built before the rounds: Swin-tiny at 224 px, batch 4, had grown to 10.5 GB per
+rank on 2 ranks (21 of this machine's 24 GB) while building them, and was stopped; give it a
+machine with that room or a smaller --batch.
 """
 
 import argparse
@@ -37,8 +40,11 @@ RTOL = 1e-4
 LOSS_STEPS = 4
 
 
-def measure(model: str, mesh: str, rounds: int, steps: int, cluster: str) -> List[dict]:
-    """The three plans of `model` on `mesh`, combined over ranks (data parallel first)."""
+def measure(
+    model: str, mesh: str, rounds: int, steps: int, cluster: str, batch: Optional[int] = None
+) -> List[dict]:
+    """The three plans of `model` on `mesh`, combined over ranks (data parallel first); batch
+    None: the model's own (examples/zoo.py)."""
     per_rank = on_ranks(
         "benchmarks.rank_bench:measure",
         mesh,
@@ -49,7 +55,7 @@ def measure(model: str, mesh: str, rounds: int, steps: int, cluster: str) -> Lis
         rounds=rounds,
         cluster=cluster,
         builder="examples.zoo",
-        batch=None,
+        batch=batch,
         pass_time=True,
     )
     return combine(per_rank)
@@ -151,13 +157,14 @@ def run(
     steps: int = 2,
     cluster: str = "cpu-local",
     models_2x2: Optional[Sequence[str]] = None,
+    batch: Optional[int] = None,
 ) -> List[dict]:
     rows = []
     for mesh in meshes:
         for model in models:
             if mesh == "2x2" and models_2x2 is not None and model not in models_2x2:
                 continue
-            rows += rows_of(measure(model, mesh, rounds, steps, cluster))
+            rows += rows_of(measure(model, mesh, rounds, steps, cluster, batch))
     return rows
 
 
@@ -208,12 +215,15 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--steps", type=int, default=2, help="timed steps of a plan in each round")
     parser.add_argument("--cluster", default="cpu-local", help="what AutoDDL plans for")
+    parser.add_argument(
+        "--batch", type=int, default=None, help="every model's batch (default: each model's own)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     models = _names(args.models, MODELS, "models")
     meshes = _names(args.meshes, ["2", "2x2"], "meshes")
     wide = None if args.models_2x2 == "all" else _names(args.models_2x2, MODELS, "models")
-    rows = run(models, meshes, args.rounds, args.steps, args.cluster, wide)
+    rows = run(models, meshes, args.rounds, args.steps, args.cluster, wide, args.batch)
     print(show(rows, [c for c, _ in COLUMNS], [h for _, h in COLUMNS]))
     for r in rows:
         if r["note"] and r["note"] != "as OneFlow compiled it":
