@@ -15,6 +15,7 @@ def row(plan, program, rounds, sent=1e6, losses=(2.3, 2.2, 2.1, 2.0, 0.01), **ex
         "measured_step_s": sorted(rounds)[len(rounds) // 2],
         "predicted_step_s": 0.1,
         "measured_bytes": sent,
+        "predicted_bytes": sent,
         "first_call_s": 3.0,
         "search_time_s": extra.get("search_time_s", 0.5),
         "native_pass_s": extra.get("native_pass_s"),
