@@ -3,11 +3,12 @@ takes."""
 
 import atexit
 import hashlib
+import importlib
 import os
 import statistics
 import tempfile
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import oneflow as flow
 
@@ -20,6 +21,7 @@ from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks
 from oneflow_autoddl.errors import ClusterError
 from oneflow_autoddl.ir import Graph
 from oneflow_autoddl.planner import describe
+from oneflow_autoddl.search.units import NO_RULE
 
 
 def wchar() -> int:
@@ -41,36 +43,26 @@ def program_digest(graph: Graph) -> str:
     return hashlib.sha1(repr(items).encode()).hexdigest()[:12]
 
 
-def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
+def _native_graph(build, model, mesh, options, cluster):
     """OneFlow's native plan, compiled as is, or (when OneFlow 0.9.0 would abort on it, boxing a
     split variable across ranks) applied through AutoDDL's write-back, which reads such
-    variables through copies. Returns (graph, inputs, note)."""
-    probe, inputs = rank_models.build(
-        model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes
-    )
+    variables through copies. `build`: a builder's build function, called with `options`.
+    Returns (graph, inputs, note, seconds the traced build with the native pass took)."""
+    probe, inputs = build(model, mesh, plan="native", **options)
+    start = time.perf_counter()
     job, _ = probe.build_graph(*inputs)
+    traced_s = time.perf_counter() - start
     hazards = variables_boxed_across_ranks(job)
     if not hazards:
-        graph, inputs = rank_models.build(
-            model, mesh, plan="native", batch=batch, optimizer=optimizer, sizes=sizes
-        )
-        return graph, inputs, "as OneFlow compiled it"
+        graph, inputs = build(model, mesh, plan="native", **options)
+        return graph, inputs, "as OneFlow compiled it", traced_s
     fd, path = tempfile.mkstemp(prefix="autoddl-native-plan-", suffix=".json")
     os.close(fd)
     atexit.register(
         os.remove, path
     )  # read when the graph first runs, so kept until the process ends
     describe(read_job(job), cluster).save(path)
-    graph, inputs = rank_models.build(
-        model,
-        mesh,
-        plan="autoddl",
-        batch=batch,
-        optimizer=optimizer,
-        sizes=sizes,
-        cluster=cluster,
-        load_plan=path,
-    )
+    graph, inputs = build(model, mesh, plan="autoddl", cluster=cluster, load_plan=path, **options)
     return (
         graph,
         inputs,
@@ -78,7 +70,25 @@ def _native_graph(model, mesh, batch, optimizer, sizes, cluster):
             f"OneFlow's plan boxes {len(hazards)} split variables across ranks, which aborts "
             f"0.9.0 on CPU (register.cpp:75); run through AutoDDL's write-back instead"
         ),
+        traced_s,
     )
+
+
+def _traced_s(build, model, mesh, options) -> float:
+    """Seconds data parallel's graph takes to trace (build_graph, no auto-parallel pass)."""
+    probe, inputs = build(model, mesh, plan="dp", **options)
+    start = time.perf_counter()
+    probe.build_graph(*inputs)
+    return time.perf_counter() - start
+
+
+def _no_rule(plan) -> dict:
+    """Op type -> ops of that type the plan left to OneFlow for want of a rule."""
+    counts: dict = {}
+    for entry in plan.unplanned_ops.values():
+        if NO_RULE in entry["reason"]:
+            counts[entry["type"]] = counts.get(entry["type"], 0) + 1
+    return counts
 
 
 def measure(
@@ -87,40 +97,46 @@ def measure(
     plans,
     steps: int = 2,
     warmup: int = 2,
-    batch: int = 8,
+    batch: Optional[int] = 8,
     sizes=None,
     cluster: str = "cpu-local",
     optimizer: str = "default",
     rounds: int = 1,
     across_nodes: bool = False,
     costed_on: Sequence[str] = (),
+    builder: str = "examples.models",
+    pass_time: bool = False,
 ):
     """For each plan: median step time (of all steps, and of its block in each round), bytes sent
     per step by this rank, and what was predicted; with `across_nodes` (ranks in emulated nodes,
     benchmarks.netcluster), also the TCP payload the rank's node sent to other nodes a step,
     divided among the node's ranks; `costed_on` other clusters, the predicted step on each.
+    `builder`: the module whose build(model, mesh, plan, batch=, optimizer=, sizes=, **flags)
+    gives the graphs (examples.models, examples.zoo; batch None: the zoo model's own). Every
+    row holds the plan's first call (trace, pass, compile and one step) and the op types it
+    left with no rule; with `pass_time`, the native row also the time OneFlow's native pass
+    adds to the trace (a data parallel trace subtracted).
 
     The plans' graphs are all built first. Then each round runs every plan for one block of
     `steps` timed steps, after one untimed step that brings the plan's state back into the
     caches, in round_orders' order. Round k of one plan and round k of another ran seconds
     apart, so their ratio is free of the machine's slow drifts in load (compare_plans pairs
     them). Bytes are counted in the first round (they are the same in every step)."""
-    built = {}
+    build = importlib.import_module(builder).build
+    options = dict(batch=batch, optimizer=optimizer, sizes=sizes)
+    built, first_call, native_pass = {}, {}, None
     for plan in plans:
         note = ""
         if plan == "native":
-            graph, inputs, note = _native_graph(model, mesh, batch, optimizer, sizes, cluster)
+            graph, inputs, note, traced = _native_graph(build, model, mesh, options, cluster)
+            if pass_time:
+                native_pass = traced - _traced_s(build, model, mesh, options)
         else:
-            graph, inputs = rank_models.build(
-                model,
-                mesh,
-                plan=plan,
-                batch=batch,
-                optimizer=optimizer,
-                sizes=sizes,
-                cluster=cluster,
-            )
-        losses = [float(graph(*inputs).numpy()) for _ in range(warmup)]
+            graph, inputs = build(model, mesh, plan=plan, cluster=cluster, **options)
+        start = time.perf_counter()
+        losses = [float(graph(*inputs).numpy())]
+        first_call[plan] = time.perf_counter() - start
+        losses += [float(graph(*inputs).numpy()) for _ in range(warmup - 1)]
         built[plan] = (graph, inputs, note, losses)
     times, blocks, sent, across = {p: [] for p in plans}, {p: [] for p in plans}, {}, {}
     per_node = flow.env.get_world_size() // flow.env.get_node_size()
@@ -160,6 +176,9 @@ def measure(
                 "predicted_step_s_on": {c: _step_on(compiled, c) for c in costed_on},
                 "losses": losses,
                 "search_time_s": getattr(predicted, "search_time_s", None),
+                "first_call_s": first_call[plan],
+                "native_pass_s": native_pass if plan == "native" else None,
+                "no_rule": _no_rule(predicted),
                 "note": note,
             }
         )

@@ -53,13 +53,16 @@ vpy="$venv/bin/python"
 "$vpy" -m pip install --quiet --upgrade "pip>=23" >&2
 log "installing OneFlow 0.9.0 and the project (first run downloads about 1.5 GB)"
 "$vpy" -m pip install --quiet -r "$root/ci/requirements.txt" -e "$root[test]" >&2
+# flowvision 0.2.1's sdist needs wheel and six at build time (installed above); its other
+# requirements (numpy, pillow, rich, tabulate) come with OneFlow and this package.
+"$vpy" -m pip install --quiet --no-deps --no-build-isolation "flowvision==0.2.1" >&2
 
 # Put nvidia/*/lib on the loader path for every interpreter of this environment.
 site="$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 cp "$root/ci/cuda_libs_preload.py" "$site/_autoddl_cuda_libs_preload.py"
 echo "import _autoddl_cuda_libs_preload" > "$site/_autoddl_cuda_libs_preload.pth"
 
-"$vpy" -c 'import oneflow, oneflow_autoddl' >&2
+"$vpy" -c 'import oneflow, oneflow_autoddl, flowvision' >&2
 fingerprint > "$stamp"
 log "environment ready: $vpy"
 echo "$vpy"

@@ -5,7 +5,10 @@ import json
 import logging
 import sys
 import time
+from types import SimpleNamespace
+from typing import Sequence
 
+import numpy as np
 import oneflow as flow
 from tqdm import tqdm
 
@@ -133,6 +136,37 @@ class TrainGraph(flow.nn.Graph):
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         return loss
+
+
+# The flags `train_graph` passes on to `configure` (besides the plan).
+GRAPH_FLAGS = ("cluster", "ranks_per_node", "memory_per_device", "load_plan", "plan_cache")
+
+
+def replicate(net: flow.nn.Module, mesh: str) -> flow.nn.Module:
+    """`net` on the CPUs of `mesh` ("2", "2x2"; "1" in one process), every parameter broadcast."""
+    return net.to_global(placement("cpu", mesh), [flow.sbp.broadcast] * len(parse_mesh(mesh)))
+
+
+def train_graph(net, loss_fn, optimizer, plan: str = "dp", **flags) -> TrainGraph:
+    """TrainGraph of loss_fn(net(x), y) and `optimizer`, configured as the examples' flags would:
+    `plan` and GRAPH_FLAGS (an unknown flag is a TypeError naming the known ones). The plan cache
+    is off unless plan_cache=True: tests and benchmarks measure the search."""
+    unknown = set(flags) - set(GRAPH_FLAGS)
+    if unknown:
+        raise TypeError(f"unknown flags {sorted(unknown)}; known: {', '.join(GRAPH_FLAGS)}")
+    args = SimpleNamespace(
+        plan=plan,
+        no_plan_cache=not flags.get("plan_cache", False),
+        **{f: flags.get(f) for f in GRAPH_FLAGS if f != "plan_cache"},
+    )
+    return TrainGraph(net, loss_fn, optimizer, args)
+
+
+def batch_inputs(arrays: Sequence[np.ndarray], mesh: str):
+    """Global tensors on the CPUs of `mesh`, each with its batch split over every mesh axis."""
+    place, nd = placement("cpu", mesh), len(parse_mesh(mesh))
+    bcast, split = [flow.sbp.broadcast] * nd, [flow.sbp.split(0)] * nd
+    return [flow.tensor(a).to_global(place, bcast).to_global(sbp=split) for a in arrays]
 
 
 def plan_json(graph, args, device: str):

@@ -1,15 +1,10 @@
 """The examples' models at test sizes, as untraced training graphs with their inputs (for the tests
 and benchmarks)."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import oneflow as flow
 
-from oneflow_autoddl.adapter.placement import placement
-from oneflow_autoddl.mesh import parse_mesh
-
-from . import common
+from .common import batch_inputs, replicate, train_graph
 from .gpt_model import GPT, GPTLoss
 from .vgg_model import VGG
 
@@ -50,20 +45,17 @@ def build(
     if model == "gpt-fused":
         fuse_layer_norm()
         model = "gpt"
-    place = placement("cpu", mesh)
-    nd = len(parse_mesh(mesh))
-    bcast, split = [flow.sbp.broadcast] * nd, [flow.sbp.split(0)] * nd
     flow.manual_seed(0)
     rng = np.random.RandomState(0)
     if model == "gpt":
         s = dict(GPT_SIZES, **(sizes or {}))
-        net = GPT(**s).to_global(place, bcast)
+        net = replicate(GPT(**s), mesh)
         loss_fn = GPTLoss()
         x = rng.randint(0, s["vocab"], (batch, s["seq_len"]))
         y = rng.randint(0, s["vocab"], (batch, s["seq_len"]))
     else:
         s = dict(VGG_SIZES, **(sizes or {}))
-        net = VGG(**s).to_global(place, bcast)
+        net = replicate(VGG(**s), mesh)
         loss_fn = flow.nn.CrossEntropyLoss()
         x = rng.randn(batch, 3, s["image_size"], s["image_size"]).astype(np.float32)
         y = rng.randint(0, s["num_classes"], (batch,))
@@ -73,14 +65,4 @@ def build(
         opt = flow.optim.SGD(net.parameters(), lr=0.05)
     else:
         opt = flow.optim.SGD(net.parameters(), lr=0.02, momentum=0.9)
-    args = SimpleNamespace(
-        plan=plan,
-        cluster=flags.get("cluster"),
-        ranks_per_node=flags.get("ranks_per_node"),
-        memory_per_device=flags.get("memory_per_device"),
-        load_plan=flags.get("load_plan"),
-        no_plan_cache=not flags.get("plan_cache", False),
-    )
-    graph = common.TrainGraph(net, loss_fn, opt, args)
-    inputs = [flow.tensor(a).to_global(place, bcast).to_global(sbp=split) for a in (x, y)]
-    return graph, inputs
+    return train_graph(net, loss_fn, opt, plan, **flags), batch_inputs([x, y], mesh)

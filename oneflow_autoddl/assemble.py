@@ -87,15 +87,17 @@ def precision(graph) -> str:
 
 
 def notes(unplanned: Dict[str, Dict[str, str]]) -> List[str]:
-    """One note naming every op type left without a rule, each with how many ops it has."""
+    """One note per op type left without a rule, naming it once with how many ops it has: those
+    ops keep the signature OneFlow's own inference gives them (the plan is built around them)."""
     counts: Dict[str, int] = {}
     for entry in unplanned.values():
         if NO_RULE in entry["reason"]:
             counts[entry["type"]] = counts.get(entry["type"], 0) + 1
-    if not counts:
-        return []
-    listed = ", ".join(f"{t} ({n})" for t, n in sorted(counts.items()))
-    return [f"op types with no SBP rule, left to OneFlow's own inference: {listed}"]
+    return [
+        f"op type {t!r} has {NO_RULE}, {n} op{'s' if n > 1 else ''} left with OneFlow's own "
+        "signature"
+        for t, n in sorted(counts.items())
+    ]
 
 
 def _is_parameter(problem: Problem, unit: Unit, name: str) -> bool:

@@ -1,6 +1,19 @@
 """SBP rules of OneFlow 0.9.0 ops: one registry (registry.py), one module per op family."""
 
-from . import broadcast, elementwise, loss, matmul, nn, optimizer, reduce, shape, system  # noqa: F401
+from . import (  # noqa: F401
+    broadcast,
+    elementwise,
+    loss,
+    matmul,
+    nn,
+    norm,
+    optimizer,
+    pool,
+    reduce,
+    shape,
+    slicing,
+    system,
+)
 from .registry import (
     Contraction,
     OpView,

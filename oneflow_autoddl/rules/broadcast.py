@@ -1,5 +1,5 @@
-"""Broadcasting binary ops, broadcast_like and bias_add (math_binary_broadcast_ops,
-broadcast_div_grad_op, broadcast_like_op, bias_add_op at v0.9.0)."""
+"""Broadcasting binary ops, broadcast_like, expand and bias_add (math_binary_broadcast_ops,
+broadcast_div_grad_op, broadcast_like_op, expand_op, bias_add_op at v0.9.0)."""
 
 import math
 
@@ -87,6 +87,20 @@ def broadcast_like(v):
         {"x_0": B, "like_0": P, "y_0": B},
     ]
     return sigs
+
+
+@rule("expand")
+def expand(v):
+    """An input axis not expanded keeps its split (new leading axes are never split); partial
+    sums expand to partial sums."""
+    in_shape, out_shape = v.shape("in_0"), v.attr("expand_shape")
+    pad = len(out_shape) - len(in_shape)
+    sigs = [
+        {"in_0": S(i), "out_0": S(i + pad)}
+        for i, d in enumerate(in_shape)
+        if d == out_shape[i + pad]
+    ]
+    return sigs + [v.all(P)]
 
 
 def _bias_kernel(v):

@@ -32,3 +32,23 @@ def sparse_softmax_cross_entropy(v):
 @rule("sparse_softmax_cross_entropy_grad")
 def sparse_softmax_cross_entropy_grad(v):
     return [v.all(S(0))]
+
+
+@rule("sparse_softmax_cross_entropy_ms")
+def sparse_softmax_cross_entropy_ms(v):
+    """The batch, or the classes (the logits split over classes, as a Megatron-style head gives
+    them): then each device's share of the loss is a partial sum."""
+    c = v.ndim("prediction_0") - 1
+    return [
+        v.all(S(0)),
+        {"prediction_0": S(c), "prob_0": S(c), "label_0": B, "out_0": P},
+    ]
+
+
+@rule("sparse_softmax_cross_entropy_ms_grad")
+def sparse_softmax_cross_entropy_ms_grad(v):
+    c = v.ndim("prob_0") - 1
+    return [
+        v.all(S(0)),
+        {"prob_0": S(c), "label_0": B, "dy_0": B, "prediction_diff_0": S(c)},
+    ]

@@ -1,6 +1,5 @@
-"""Convolution, pooling, layer norm, embedding and gather (conv_op, max_pool_op, layer_norm_op,
-embedding_op, gather_op, unsorted_segment_sum_op at v0.9.0). In 0.9.0 convolutions split
-only the batch: no channel or filter splits."""
+"""Convolution, embedding and gather (conv_op, embedding_op, gather_op, unsorted_segment_sum_op
+at v0.9.0). In 0.9.0 convolutions split only the batch: no channel or filter splits."""
 
 from ..sbp import B, P, S
 from .registry import rule
@@ -75,51 +74,6 @@ def conv_bias_grad(v):
     return [{"dy_0": S(0), "bias_diff_0": P}]
 
 
-@rule("max_pool_1d", "max_pool_2d", "max_pool_3d")
-def max_pool(v):
-    """Batch and channel only (data_format is not read)."""
-    return [v.all(S(k)) for k in range(min(2, v.ndim("x_0") - 2))]
-
-
-@rule("max_pool_1d_grad", "max_pool_2d_grad", "max_pool_3d_grad")
-def max_pool_grad(v):
-    return [v.all(S(k)) for k in range(min(2, v.ndim("x_0")))]
-
-
-def _axis(a, ndim):
-    return a + ndim if a < 0 else a
-
-
-@rule("layer_norm")
-def layer_norm(v):
-    n = v.ndim("x_0")
-    upto = min(_axis(v.attr("begin_norm_axis", 1), n), _axis(v.attr("begin_params_axis", 1), n))
-    sigs = []
-    for i in range(upto):
-        sig = v.all(S(i))
-        sig.update({bn: B for bn in ("gamma_0", "beta_0") if v.has(bn)})
-        sigs.append(sig)
-    return sigs
-
-
-@rule("layer_norm_grad")
-def layer_norm_grad(v):
-    sigs = []
-    for i in range(v.attr("begin_norm_axis", 1)):
-        sig = v.all(S(i))
-        if v.has("gamma_0"):
-            sig["gamma_0"] = B
-        sigs.append(sig)
-    return sigs
-
-
-@rule("layer_norm_param_grad")
-def layer_norm_param_grad(v):
-    return [
-        {**v.all(S(i), v.ins), **v.all(P, v.outs)} for i in range(v.attr("begin_params_axis", 1))
-    ]
-
-
 @rule("embedding")
 def embedding(v):
     if v.attr("scale_grad_by_freq", False):
@@ -163,3 +117,34 @@ def unsorted_segment_sum_like(v):
         sigs.append({"segment_ids_0": B, "data_0": P, "like_0": like, "out_0": P})
     sigs.append({"segment_ids_0": B, "data_0": B, "like_0": S(a), "out_0": S(a)})
     return sigs
+
+
+@rule("gather_nd")
+def gather_nd(v):
+    """Split the indices' leading (batch) axes, or the params' sliced axes (past the ones the
+    index addresses); partial params give partial out."""
+    ni, depth = v.ndim("indices_0"), v.shape("indices_0")[-1]
+    sigs = [{"params_0": B, "indices_0": S(i), "out_0": S(i)} for i in range(ni - 1)]
+    sigs += [
+        {"params_0": S(i), "indices_0": B, "out_0": S(i - depth + ni - 1)}
+        for i in range(depth, v.ndim("params_0"))
+    ]
+    return sigs + [{"params_0": P, "indices_0": B, "out_0": P}]
+
+
+@rule("scatter_nd_like")
+def scatter_nd_like(v):
+    """Split the updates' sliced axes with `like` and out, or scatter partial updates into a
+    partial out.
+
+    OneFlow 0.9.0 also lists indices and updates split on a leading axis with `like` and out
+    B, but each device's kernel scatters only its own updates: out is not the same on every
+    device (seen on 2 ranks: rank 0 held rows 0-1, rank 1 rows 2-3 of a 4-row "B" out), so
+    that signature is left out.
+    """
+    ni, depth = v.ndim("indices_0"), v.shape("indices_0")[-1]
+    sigs = [
+        {"like_0": S(i + depth), "indices_0": B, "updates_0": S(i + ni - 1), "out_0": S(i + depth)}
+        for i in range(v.ndim("like_0") - depth)
+    ]
+    return sigs + [{"like_0": P, "updates_0": P, "indices_0": B, "out_0": P}]

@@ -1,9 +1,9 @@
-"""Reductions (reduce_ops, reduce_like_ops, variance_op at v0.9.0)."""
+"""Reductions (reduce_ops, reduce_like_ops, two_stage_reduce_ops, variance_op at v0.9.0)."""
 
 import math
 
 from ..sbp import B, P, S
-from .registry import rule
+from .registry import rule, split_each_axis
 
 
 def _axes(v, name, ndim):
@@ -85,3 +85,24 @@ def variance(v):
         else:
             sigs.append({"input_0": S(i), "output_0": S(i if keep else i - off)})
     return sigs
+
+
+@rule("reduce_max_device_stage")
+def reduce_max_device_stage(v):
+    """Every axis, the reduced one included: each device reduces its own shard, and `out` and
+    `count` have one entry per device along a split reduced axis (their logical shape follows
+    the input's SBP)."""
+    return split_each_axis(v, v.ndim("in_0"))
+
+
+@rule("reduce_max_device_stage_grad")
+def reduce_max_device_stage_grad(v):
+    """The reduced axes and axis 0."""
+    axes = _axes(v, "axis", v.ndim("out_diff_0"))
+    return [v.all(S(i)) for i in range(v.ndim("out_diff_0")) if i in axes or i == 0]
+
+
+@rule("reduce_max_global_stage", "reduce_max_global_stage_grad")
+def reduce_max_global_stage(v):
+    """Axis 0 only: the per-device maxima are reduced whole."""
+    return [v.all(S(0))]

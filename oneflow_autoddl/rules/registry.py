@@ -5,6 +5,8 @@ A rule lists an op type's 1-D signatures exactly as OneFlow 0.9.0's `GetSbp` bui
 always adds, forms the n-D candidates as the per-mesh-axis product, and drops those the
 logical shapes rule out (a split axis out of range, or a dimension smaller than the mesh
 axes splitting it). A new op type is one decorated function in one module of this package.
+A rule leaves out a signature OneFlow lists only where it computes something else than the
+data-parallel plan (its docstring says what and why): a plan never changes the math.
 """
 
 import itertools
@@ -32,6 +34,9 @@ class OpView:
 
     def ndim(self, bn: str) -> int:
         return len(self.shape(bn))
+
+    def dtype(self, bn: str) -> str:
+        return self.graph.tensor(self.op.inputs.get(bn) or self.op.outputs[bn]).dtype
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.op.attrs.get(name, default)
@@ -93,6 +98,8 @@ class Contraction:
 
 
 ContractionFn = Callable[[OpView], Contraction]
+# Whether an op may be replicated (the all-broadcast signature OneFlow appends to every list).
+ReplicatedFn = Callable[[OpView], bool]
 
 
 @dataclass(frozen=True)
@@ -109,9 +116,15 @@ class Rule:
     optimizer: bool = False  # an op of the optimizer's (updates, and e.g. Adam's bias correction)
     contraction: Optional[ContractionFn] = None  # a matrix product: its dimensions and axes
     workspace: Optional[WorkspaceFn] = None  # the kernel's scratch buffer
+    # False where replicating the op computes something else than splitting it does (training
+    # BatchNorm's statistics are per shard): then the rule's own list is all there is.
+    replicated: Union[bool, ReplicatedFn] = True
 
     def kernel_kind(self, v: OpView) -> Optional[str]:
         return self.kernel(v) if callable(self.kernel) else self.kernel
+
+    def may_replicate(self, v: OpView) -> bool:
+        return self.replicated(v) if callable(self.replicated) else self.replicated
 
 
 _RULES: Dict[str, Rule] = {}
@@ -127,11 +140,12 @@ def rule(
     optimizer: bool = False,
     contraction: Optional[ContractionFn] = None,
     workspace: Optional[WorkspaceFn] = None,
+    replicated: Union[bool, ReplicatedFn] = True,
 ):
     """Register `fn` as the 1-D SBP rule of `op_types`, with what else the op means: for
     compute-bound ops their FLOPs, for slow kernels their kind, for an optimizer's update its
     blobs (whose mutable ones keep their SBP), for a matrix product its dimensions, for a kernel
-    with a scratch buffer its size."""
+    with a scratch buffer its size, and whether replicating it computes what splitting it does."""
 
     def register(fn: RuleFn) -> RuleFn:
         mutable = tuple(same_sbp) + (update.mutable if update else ())
@@ -148,6 +162,7 @@ def rule(
                 optimizer or update is not None,
                 contraction,
                 workspace,
+                replicated,
             )
         return fn
 
@@ -184,10 +199,11 @@ def known_op_types() -> List[str]:
 
 
 def one_d_candidates(graph: Graph, op: Op, axis_size: int) -> List[OneD]:
-    """The op's 1-D signatures for a mesh axis of `axis_size` devices, all-B appended,
-    deduplicated."""
+    """The op's 1-D signatures for a mesh axis of `axis_size` devices, all-B appended where the
+    op may be replicated, deduplicated."""
     view = OpView(graph, op, axis_size)
-    sigs = _RULES[op.type].fn(view) + [view.all(B)]
+    rule_ = _RULES[op.type]
+    sigs = rule_.fn(view) + ([view.all(B)] if rule_.may_replicate(view) else [])
     seen, out = set(), []
     for sig in sigs:
         missing = set(view.bns) - set(sig)

@@ -1,8 +1,10 @@
-"""reshape and transpose (reshape_op, reshape_user_op_util, transpose_ops at v0.9.0)."""
+"""reshape, reshape_like, expand_dims and transpose (reshape_op, reshape_like_op,
+reshape_user_op_util, expand_dims_op, transpose_ops at v0.9.0)."""
 
+import math
 from typing import Dict, List, Tuple
 
-from ..sbp import P, S
+from ..sbp import B, P, S
 from .registry import rule
 
 
@@ -45,16 +47,42 @@ def reshape_split_pairs(in_shape, out_shape, axis_size: int) -> List[Tuple[int, 
     return [(in_axes[a], out_axes[pairs[a]]) for a in sorted(pairs)]
 
 
+def _reshape_sigs(v, out_shape, outs) -> List[Dict]:
+    """GetReshapeUserOpSbpSignatures: the split pairs, then partial-sum; 0-D or empty input: none
+    (all-broadcast only)."""
+    in_shape = v.shape("in_0")
+    if not in_shape or math.prod(in_shape) == 0:
+        return []
+    sigs = [
+        {"in_0": S(p), **v.all(S(q), outs)}
+        for p, q in reshape_split_pairs(in_shape, out_shape, v.h)
+    ]
+    return sigs + [{"in_0": P, **v.all(P, outs)}]
+
+
 @rule("reshape")
 def reshape(v):
-    in_shape, out_shape = v.shape("in_0"), v.shape("out_0")
-    numel = 1
-    for d in in_shape:
-        numel *= d
-    if not in_shape or numel == 0:
-        return []
-    sigs = [{"in_0": S(p), "out_0": S(q)} for p, q in reshape_split_pairs(in_shape, out_shape, v.h)]
-    return sigs + [{"in_0": P, "out_0": P}]
+    return _reshape_sigs(v, v.shape("out_0"), ["out_0"])
+
+
+@rule("reshape_like")
+def reshape_like(v):
+    """reshape to `like`'s shape; `like` is read for its shape only, so it may be partial while
+    the data is whole, or whole while the data is partial."""
+    return [
+        {"like_0": P, "in_0": B, "out_0": B},
+        {"like_0": B, "in_0": P, "out_0": P},
+    ] + _reshape_sigs(v, v.shape("like_0"), ["like_0", "out_0"])
+
+
+@rule("expand_dims")
+def expand_dims(v):
+    """Every input axis keeps its split, moved past the inserted one."""
+    n = v.ndim("in_0")
+    axis = v.attr("axis", 0)
+    axis = axis + n + 1 if axis < 0 else axis
+    sigs = [{"in_0": S(i), "out_0": S(i if i < axis else i + 1)} for i in range(n)]
+    return sigs + [v.all(P)]
 
 
 @rule("transpose")

@@ -1,5 +1,5 @@
-"""System ops and ops OneFlow infers by itself (variable_op, identity_op, cast_op,
-learning_rate_schedule_op, ones_like_op at v0.9.0)."""
+"""System ops and ops OneFlow infers by itself (variable_op, identity_op,
+learning_rate_schedule_op, ones_like_op, hierarchical_parallel_cast_op at v0.9.0)."""
 
 from ..sbp import B, P, S
 from .registry import rule
@@ -16,9 +16,9 @@ def identity(v):
     return [v.all(P)] + [v.all(S(k)) for k in range(v.ndim("in"))]
 
 
-@rule("identity", "cast")
+@rule("identity")
 def identity_user_op(v):
-    """identity_op.cpp and cast_op.cpp: every axis split alike, or partial-sum in and out."""
+    """identity_op.cpp: every axis split alike, or partial-sum in and out."""
     return [v.all(S(k)) for k in range(v.ndim("in_0"))] + [v.all(P)]
 
 
@@ -36,4 +36,11 @@ def ones_like(v):
 @rule("input_conf", "output_conf", fixed=True)
 def interface(v):
     """Interface ops take their SBP from their blob conf (the user's input and output tensors)."""
+    return []
+
+
+@rule("hierarchical_parallel_cast", fixed=True)
+def parallel_cast(v):
+    """What `to_global(sbp=...)` leaves in a graph (forward and backward): its n-D inference
+    takes the SBP from its `nd_sbp` attribute, whatever a conf says."""
     return []

@@ -2,12 +2,13 @@
 them."""
 
 import base64
+import importlib
 import random
 from collections import defaultdict
 
+import numpy as np
 import oneflow as flow
 
-from examples import models as rank_models
 from oneflow_autoddl.adapter.job import read_job, signatures_of
 from oneflow_autoddl.adapter.writeback import write_signatures
 from oneflow_autoddl.cost.cluster import load_cluster
@@ -67,19 +68,38 @@ def _choose(graph, units, tried, rng):
     return chosen
 
 
-def accept_all(models, mesh: str, rounds: int):
+def accept_all(models, mesh: str, rounds: int, builder: str = "examples.models", steps: int = 0):
     """`accept` for several models in one launch; the first traced Job of each comes back too."""
-    return {model: accept(model, mesh, rounds) for model in models}
+    return {model: accept(model, mesh, rounds, builder=builder, steps=steps) for model in models}
 
 
-def accept(model: str, mesh: str, rounds: int, seed: int = 0):
-    """Compile `rounds` Jobs with freshly drawn signatures; report rejections and mismatches."""
+def _losses(graph, inputs, steps: int):
+    return [float(graph(*inputs).numpy()) for _ in range(steps)]
+
+
+def accept(
+    model: str,
+    mesh: str,
+    rounds: int,
+    seed: int = 0,
+    builder: str = "examples.models",
+    steps: int = 0,
+):
+    """Compile `rounds` Jobs with freshly drawn signatures; report rejections and mismatches.
+
+    `builder`: the module whose `build(model, mesh)` gives (graph, inputs): examples.models,
+    examples.zoo or examples.op_zoo. With `steps`,
+    each compiled Job also trains that many steps and its losses are checked against data
+    parallel's (rtol 1e-4): a signature OneFlow accepts may still compute something else.
+    """
+    build = importlib.import_module(builder).build
+    reference = _losses(*build(model, mesh), steps) if steps else []
     rng = random.Random(seed)
     first_job = None
     tried = defaultdict(set)
-    compiled_ops, rejected, mismatched = 0, [], []
-    for _ in range(rounds):
-        graph, inputs = rank_models.build(model, mesh)
+    compiled_ops, rejected, mismatched, diverged = 0, [], [], []
+    for round_ in range(rounds):
+        graph, inputs = build(model, mesh)
         job, _ = graph.build_graph(*inputs)
         first_job = first_job or base64.b64encode(job.SerializeToString()).decode()
         ir = read_job(job)
@@ -106,6 +126,9 @@ def accept(model: str, mesh: str, rounds: int, seed: int = 0):
                     f"{name} ({op.type}): wrote {format_signature(sig)}, "
                     f"compiled {format_signature(got) if got else 'nothing'}"
                 )
+        losses = _losses(graph, inputs, steps)
+        if not np.allclose(losses, reference, rtol=1e-4, atol=0):
+            diverged.append({"round": round_, "losses": losses, "data_parallel": reference})
     coverage = {}
     ir_units = build_units(ir)
     for unit in ir_units:
@@ -120,6 +143,7 @@ def accept(model: str, mesh: str, rounds: int, seed: int = 0):
         "signatures": compiled_ops,
         "rejected": rejected,
         "mismatched": mismatched[:20],
+        "diverged": diverged,
         "types": {t: [len(tried[t]), len(all_)] for t, all_ in coverage.items()},
         "job": first_job if flow.env.get_rank() == 0 else None,
     }

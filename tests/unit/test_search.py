@@ -389,17 +389,22 @@ def test_memory_limit_forces_sharding_or_says_how_much_is_needed():
         plan(big(), cluster, memory_limit=lean * 0.9)
 
 
-def test_unknown_op_is_left_to_oneflow_and_named(cpu, caplog):
+def test_unknown_ops_are_left_to_oneflow_and_named_once_per_type_with_their_count(cpu, caplog):
     kit = Kit((2,))
-    x = kit.input("x", (8, 16))
-    y = kit.op(
-        "m-my_custom_op-1", "my_custom_op", {"in_0": kit.linear("m.fc", x, 16)}, {"out_0": (8, 16)}
-    )["out_0"]
-    kit.output("out", kit.linear("m.fc2", y, 4))
+    h = kit.linear("m.fc", kit.input("x", (8, 16)), 16)
+    for k in (1, 2):
+        h = kit.op(f"m-my_custom_op-{k}", "my_custom_op", {"in_0": h}, {"out_0": (8, 16)})["out_0"]
+    h = kit.op("m-other_op-3", "other_op", {"in_0": h}, {"out_0": (8, 16)})["out_0"]
+    kit.output("out", kit.linear("m.fc2", h, 4))
     with caplog.at_level(logging.WARNING):
         result = plan(kit.graph(), cpu)
     assert result.unplanned_ops["m-my_custom_op-1"]["type"] == "my_custom_op"
-    assert "my_custom_op" in caplog.text
+    assert result.notes == [
+        "op type 'my_custom_op' has no SBP rule, 2 ops left with OneFlow's own signature",
+        "op type 'other_op' has no SBP rule, 1 op left with OneFlow's own signature",
+    ]
+    logged = [r.getMessage() for r in caplog.records if "no SBP rule" in r.getMessage()]
+    assert logged == result.notes
     assert "m.fc-matmul-2" in result.ops
 
 

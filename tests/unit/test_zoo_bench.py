@@ -1,0 +1,83 @@
+"""benchmarks.zoo's rows: sign-test verdicts per pair, losses against data parallel's (the first
+LOSS_STEPS steps), and the issue's checks on the AutoDDL row (no ranks; rows as
+compare_plans.combine gives them)."""
+
+from benchmarks.zoo import rows_of, verdict
+
+
+def row(plan, program, rounds, sent=1e6, losses=(2.3, 2.2, 2.1, 2.0, 0.01), **extra):
+    return {
+        "model": "resnet18",
+        "mesh": "2",
+        "plan": plan,
+        "program": program,
+        "block_step_s": rounds,
+        "measured_step_s": sorted(rounds)[len(rounds) // 2],
+        "predicted_step_s": 0.1,
+        "measured_bytes": sent,
+        "predicted_bytes": sent,
+        "first_call_s": 3.0,
+        "search_time_s": extra.get("search_time_s", 0.5),
+        "native_pass_s": extra.get("native_pass_s"),
+        "no_rule": extra.get("no_rule", {}),
+        "losses": list(losses),
+        "note": "",
+    }
+
+
+DP = [0.40 + 0.01 * (k % 3) for k in range(12)]
+
+
+def test_verdict_needs_the_sign_test_and_names_one_program():
+    fast = row("autoddl", "b", [t - 0.05 for t in DP])
+    assert verdict(fast, row("dp", "a", DP)) == "faster 12/12"
+    assert verdict(row("dp", "a", DP), fast) == "slower 0/12"
+    assert verdict(row("x", "b", DP[:4]), row("y", "a", [t + 1 for t in DP[:4]])) == "n.s. 4/4"
+    assert verdict(row("native", "b", DP), fast) == "same program"
+
+
+def test_rows_hold_the_verdicts_losses_and_the_issues_misses():
+    group = [
+        row("dp", "a", DP),
+        row("native", "c", [t - 0.10 for t in DP], sent=1e6, native_pass_s=2.0),
+        row(
+            "autoddl",
+            "b",
+            [t - 0.05 for t in DP],
+            sent=2e6,
+            losses=(2.3, 2.21, 2.1, 2.0, 0.01),
+            search_time_s=3.0,
+            no_rule={"roll": 2, "concat": 1},
+        ),
+    ]
+    dp, native, auto = rows_of(group)
+    assert dp["vs_dp"] == "-" and dp["vs_native"] == "slower 0/12"
+    assert native["native_pass_s"] == dp["native_pass_s"] == 2.0
+    assert auto["vs_dp"] == "faster 12/12" and auto["vs_native"] == "slower 0/12"
+    assert auto["no_rule"] == "concat (1), roll (2)" and dp["no_rule"] == "-"
+    assert dp["losses_equal_dp"] and native["losses_equal_dp"] and not auto["losses_equal_dp"]
+    assert dp["steps_equal_dp"] == "5/5" and auto["steps_equal_dp"] == "1/5"
+    assert auto["planning_s"] == 3.0 and native["planning_s"] is None
+    assert auto["misses"] == (
+        "slower than native, more bytes than native, not faster, "
+        "plans slower than the native pass, losses off data parallel's"
+    )
+    assert dp["misses"] == native["misses"] == ""
+
+
+def test_an_autoddl_row_that_wins_misses_nothing():
+    group = [
+        row("dp", "a", DP),
+        row("native", "c", [t + 0.10 for t in DP], sent=1e6, native_pass_s=2.0),
+        row(
+            "autoddl",
+            "b",
+            [t - 0.05 for t in DP],
+            sent=3e6,
+            losses=(2.3, 2.2, 2.1, 2.0, 0.0101),
+            search_time_s=1.0,
+        ),
+    ]
+    auto = rows_of(group)[2]
+    assert auto["misses"] == "none" and auto["losses_equal_dp"] and auto["steps_equal_dp"] == "4/5"
+    assert abs(auto["loss_rel_diff_all_steps"] - 0.01) < 1e-9
