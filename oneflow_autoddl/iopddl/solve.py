@@ -39,6 +39,9 @@ PRICE_ROUNDS = 12  # rounds of raising the price of the over-full steps
 BISECTIONS = 4  # of the price, back towards the cheapest that fits
 KICK = 8  # most variables a kick sets at random
 AROUND = 120  # variables around a kick that descend again
+ASCENT_SHARE = 0.6  # of the time left after the first fit, for the subgradient steps of the prices
+ASCENT_STEP = 1.0  # first subgradient step, in the first assignment's cost per byte of its peak
+ASCENT_DECAY = 0.97  # each step is this times the last
 TIGHTEN_PASSES = 3  # of single-variable moves along the limit after a kick
 LEVELS = (0.0, 0.5, 1.0, 2.0)  # the prices a kick descends under, as multiples of the fitting one
 
@@ -161,12 +164,30 @@ class Search:
                 lo = mid
         return hi * over
 
-    def repair(self, x: List[int]) -> List[int]:
+    def ascend(self, x: List[int], per_step: np.ndarray, until: float) -> np.ndarray:
+        """Subgradient steps of the per-step prices from `per_step` until `until`: each raises
+        the price of the steps x holds more than the limit at and lowers it (not below zero)
+        where x leaves room, by a step that shrinks geometrically; x descends under each price
+        from where the last left it, and what it lands on is repaired to fit, tightened along
+        the limit and kept if cheapest. A descent that continues under moving prices leaves
+        basins that one price's descents stay in. The prices reached."""
+        step = ASCENT_STEP * max(self.graph.objective(x), 1.0) / max(self.usage.peak(x), 1.0)
+        while self._time_left(until):
+            profile = self.usage.profile(x)
+            per_step = np.maximum(per_step + step * (profile - self.limit) / self.limit, 0.0)
+            x = self.descend(x, self.prices(per_step), self.free, until)
+            fitting = x if self.usage.peak(x) <= self.limit else self.repair(x, until)
+            if self.consider(fitting):
+                self.consider(self.tighten(fitting, self.free))
+            step *= ASCENT_DECAY
+        return per_step
+
+    def repair(self, x: List[int], until: Optional[float] = None) -> List[int]:
         """x with variables live at its fullest step moved to the candidates that free most bytes
         there per unit of cost added, as many as cover that step's excess (one per variable),
         again at the next fullest step, until it fits or no move frees any."""
         x = list(x)
-        while self._time_left():
+        while self._time_left(until):
             profile = self.usage.profile(x)
             step = int(profile.argmax())
             excess = profile[step] - self.limit
@@ -288,6 +309,8 @@ def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
     per_step = search.fit(start)
     if search.best is not None:
         search.consider(search.tighten(search.best[1], search.free))
+    x = search.best[1] if search.best is not None else start
+    per_step = search.ascend(list(x), per_step, search._share(ASCENT_SHARE))
     kicks = search.improve(per_step)
     log.info("%d kicks", kicks)
     if search.best is None:
