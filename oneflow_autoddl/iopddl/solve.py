@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 PATIENCE = 2  # partitions in a row that lower nothing end a descent
 GROUP_VARS = 300  # most variables in one group of a partition
+CHUNK_VARS = 600  # variables a descent takes between looks at the clock
 FIRST_SHARE = 0.15  # of the time, at most, for the unconstrained descent
 FIT_SHARE = 0.5  # of the time, at most, until the price rounds and bisections stop
 PRICE_ROUNDS = 12  # rounds of raising the price of the over-full steps
@@ -93,7 +94,7 @@ class Search:
     def _time_left(self, until: Optional[float] = None) -> bool:
         return time.monotonic() < min(self.deadline, until or math.inf)
 
-    def _share(self, share: float) -> float:
+    def share(self, share: float) -> float:
         """The moment `share` of the time left from now has passed."""
         now = time.monotonic()
         return now + share * max(self.deadline - now, 0.0)
@@ -104,13 +105,17 @@ class Search:
     def descend(
         self, x: List[int], price: Price, variables: Sequence[int], until: Optional[float] = None
     ) -> List[int]:
-        """x after descents over random forest partitions of `variables`, until PATIENCE
-        partitions in a row lower nothing (or time is up, or `until` has passed)."""
+        """x after descents over random partitions of `variables`, until PATIENCE partitions in
+        a row lower nothing (or time is up, or `until` has passed: the groups go a few at a time,
+        so that a large graph's sweep stops near it)."""
         fails = 0
         value = self.graph.objective(x, price)
         while fails < PATIENCE and self._time_left(until):
             groups = partition(self.graph, self.near, variables, self.rng, GROUP_VARS)
-            x = Descent(self.graph, price, groups).run(x, max_sweeps=3)
+            for chunk in _chunks(groups, CHUNK_VARS):
+                if not self._time_left(until):
+                    break
+                x = Descent(self.graph, price, chunk).run(x, max_sweeps=3)
             new = self.graph.objective(x, price)
             fails = 0 if new < value else fails + 1
             value = new
@@ -131,8 +136,8 @@ class Search:
     def fit(self, x: List[int]) -> np.ndarray:
         """search.fit's price rounds: the price per byte at each step at which the cheapest
         assignment found that fits was found (zero where the unconstrained descent fits)."""
-        phase = self._share(FIT_SHARE)
-        x = self.descend(x, 0.0, self.free, self._share(FIRST_SHARE))
+        phase = self.share(FIT_SHARE)
+        x = self.descend(x, 0.0, self.free, self.share(FIRST_SHARE))
         none = np.zeros(self.usage.steps)
         if self.consider(x):
             return none
@@ -178,7 +183,7 @@ class Search:
             x = self.descend(x, self.prices(per_step), self.free, until)
             fitting = x if self.usage.peak(x) <= self.limit else self.repair(x, until)
             if self.consider(fitting):
-                self.consider(self.tighten(fitting, self.free))
+                self.consider(self.tighten(fitting, self.free, until))
             step *= ASCENT_DECAY
         return per_step
 
@@ -233,7 +238,9 @@ class Search:
             total += f.table[index]
         return total
 
-    def tighten(self, x: List[int], variables: Sequence[int]) -> List[int]:
+    def tighten(
+        self, x: List[int], variables: Sequence[int], until: Optional[float] = None
+    ) -> List[int]:
         """x (which fits) after single-variable moves to cheaper candidates that keep it within
         the limit, until none is left: the moves along the limit that no one price's descent
         makes."""
@@ -241,7 +248,9 @@ class Search:
         profile = self.usage.profile(x)
         for _ in range(TIGHTEN_PASSES):
             moved = False
-            for v in variables:
+            for i, v in enumerate(variables):
+                if i % 64 == 0 and not self._time_left(until):
+                    return x
                 costs = self.local_costs(x, v)
                 for k in np.argsort(costs, kind="stable"):
                     if costs[k] >= costs[x[v]]:
@@ -308,15 +317,28 @@ def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
     start = [int(np.argmin(u)) for u in graph.compute]
     per_step = search.fit(start)
     if search.best is not None:
-        search.consider(search.tighten(search.best[1], search.free))
+        search.consider(search.tighten(search.best[1], search.free, search.share(FIRST_SHARE)))
     x = search.best[1] if search.best is not None else start
-    per_step = search.ascend(list(x), per_step, search._share(ASCENT_SHARE))
+    per_step = search.ascend(list(x), per_step, search.share(ASCENT_SHARE))
     kicks = search.improve(per_step)
     log.info("%d kicks", kicks)
     if search.best is None:
         return Solved([], math.inf, search.least_peak)
     x = search.best[1]
     return Solved(reduction.expand(x), search.best[0], usage.peak(x))
+
+
+def _chunks(groups: List[List[int]], size: int) -> List[List[List[int]]]:
+    """The groups in runs of about `size` variables in all."""
+    runs: List[List[List[int]]] = [[]]
+    held = 0
+    for group in groups:
+        if held >= size:
+            runs.append([])
+            held = 0
+        runs[-1].append(group)
+        held += len(group)
+    return runs
 
 
 def _least_peak(instance: Instance) -> float:
