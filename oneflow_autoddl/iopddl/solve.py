@@ -35,13 +35,13 @@ PATIENCE = 2  # partitions in a row that lower nothing end a descent
 GROUP_VARS = 300  # most variables in one group of a partition
 CHUNK_VARS = 600  # variables a descent takes between looks at the clock
 FIRST_SHARE = 0.15  # of the time, at most, for the unconstrained descent
-FIT_SHARE = 0.5  # of the time, at most, until the price rounds and bisections stop
+FIT_SHARE = 0.25  # of the time, at most, until the price rounds and bisections stop
 PRICE_ROUNDS = 12  # rounds of raising the price of the over-full steps
 BISECTIONS = 4  # of the price, back towards the cheapest that fits
 KICK = 8  # most variables a kick sets at random
 AROUND = 120  # variables around a kick that descend again
 ASCENT_SHARE = 0.6  # of the time left after the first fit, for the subgradient steps of the prices
-ASCENT_STEP = 1.0  # first subgradient step, in the first assignment's cost per byte of its peak
+ASCENT_STEP = 0.3  # first subgradient step, in the first assignment's cost per byte of its peak
 ASCENT_DECAY = 0.97  # each step is this times the last
 TIGHTEN_PASSES = 3  # of single-variable moves along the limit after a kick
 LEVELS = (0.0, 0.5, 1.0, 2.0)  # the prices a kick descends under, as multiples of the fitting one
@@ -177,6 +177,8 @@ class Search:
         the limit and kept if cheapest. A descent that continues under moving prices leaves
         basins that one price's descents stay in. The prices reached."""
         step = ASCENT_STEP * max(self.graph.objective(x), 1.0) / max(self.usage.peak(x), 1.0)
+        if not math.isfinite(self.limit):
+            return per_step
         while self._time_left(until):
             profile = self.usage.profile(x)
             per_step = np.maximum(per_step + step * (profile - self.limit) / self.limit, 0.0)

@@ -122,6 +122,14 @@ def test_search_honours_the_memory_intervals(seed):
     assert result.cost == best == solved.cost
 
 
+def test_without_a_usage_limit_memory_is_free():
+    data = _random_problem(random.Random(7), 7, 0.0)
+    del data["problem"]["usage_limit"]
+    inst = parse(data)
+    solved = solve(inst, time.monotonic() + 0.3)
+    assert evaluate(inst, solved.solution).cost == _brute_force(inst) == solved.cost
+
+
 def test_infeasible_gives_no_solution_and_the_least_memory():
     inst = parse(
         _problem(
