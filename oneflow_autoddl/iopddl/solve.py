@@ -2,14 +2,17 @@
 
 The graph is first reduced without loss (iopddl.reduce). Then, as search.fit does for a plan:
 coordinate descent (search.descent, exact group re-solves by variable elimination) over random
-forest partitions of the factor graph (search.partition) finds the cheapest assignment it can;
-where its peak is over the limit, the time steps over it gain a price per byte
-(search.prices, a Lagrangian relaxation), raised round by round until an assignment fits and
-then bisected back towards the cheapest price that still does; a greedy repair moves the
-variables at an over-full step to leaner candidates where no price fitted. The rest of the
-time goes to iterated local search: a random ball of variables takes random candidates, the
-forests around it descend again under the last fitting price, and the result is kept if it
-fits and costs no more. Only assignments that fit are ever returned.
+partitions of the factor graph into groups of bounded elimination width (search.partition)
+finds the cheapest assignment it can; where its peak is over the limit, the time steps over it
+gain a price per byte (search.prices, a Lagrangian relaxation), raised round by round until an
+assignment fits and then bisected back towards the cheapest price that still does; a greedy
+repair moves the variables at an over-full step to leaner candidates where no price fitted.
+Subgradient steps then move the prices (up where over the limit, down where there is room),
+the descent continuing under each; every result is repaired, tightened by single-variable moves
+along the limit and kept if cheapest. The rest of the time goes to iterated local search: a
+random ball of variables takes random candidates, the groups around it descend again under a
+multiple of the last prices, and the result is kept if it fits and costs less. Only assignments
+that fit are ever returned.
 """
 
 import logging
