@@ -24,7 +24,7 @@ from oneflow_autoddl.errors import AutoDDLError
 from oneflow_autoddl.iopddl.instance import evaluate, read
 from oneflow_autoddl.iopddl.solve import solve
 
-MARGIN = 1.5  # seconds kept back from the timeout: starting Python and numpy, writing the answer
+MARGIN = 2.5  # seconds kept back from the timeout: starting Python and numpy, writing the answer
 
 
 def _solve(path: str, timeout: float, seed: int) -> int:

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 from .eliminate import MAX_ENTRIES, elimination_width
 from .factors import FactorGraph
 
-MAX_CHECKS = 8  # widths counted per group: each costs about its size, so a group stops there
+MAX_CHECKS = 40  # widths counted per group: each costs about its size, so a group stops there
 
 
 class _Parts:
