@@ -6,12 +6,14 @@ enclosing scope, then the whole graph, then each variable with its neighbours wh
 scope already holds them all. A step
 re-solves one group exactly (variable elimination) with every other variable held, and
 keeps the result only if it lowers the objective; sweeps repeat until none does.
+A problem without module scopes (search.factors.FactorGraph) brings its own groups.
 """
 
 import logging
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
+from .factors import FactorGraph
 from .problem import SERIAL, Price, Problem, Weights
 
 log = logging.getLogger(__name__)
@@ -44,9 +46,9 @@ def scope_groups(problem: Problem, max_vars: int = MAX_GROUP_VARS) -> List[List[
     return groups
 
 
-def neighbour_groups(problem: Problem) -> List[List[int]]:
+def neighbour_groups(problem: Union[Problem, FactorGraph]) -> List[List[int]]:
     groups = []
-    for v in range(len(problem.var_units)):
+    for v in range(len(problem.domain)):
         if problem.is_free(v):
             ring = {
                 u
@@ -61,7 +63,7 @@ def neighbour_groups(problem: Problem) -> List[List[int]]:
 class Descent:
     def __init__(
         self,
-        problem: Problem,
+        problem: Union[Problem, FactorGraph],
         memory_weight: Price = 0.0,
         groups: Optional[List[List[int]]] = None,
         weights: Weights = SERIAL,
@@ -80,7 +82,12 @@ class Descent:
         self.memory_weight = memory_weight
         self.max_table_entries = max_table_entries
         if groups is None:
-            scoped = [g for g in scope_groups(problem, max_group_vars) if self._solvable(g)]
+            suggested = (
+                scope_groups(problem, max_group_vars)
+                if isinstance(problem, Problem)
+                else problem.groups
+            )
+            scoped = [g for g in suggested if self._solvable(g)]
             covered = [set(g) for g in scoped]
             extra = [
                 g

@@ -1,0 +1,360 @@
+"""An IOPDDL graph solved by the project's search, under the memory limit at every time step.
+
+The graph is first reduced without loss (iopddl.reduce). Then, as search.fit does for a plan:
+coordinate descent (search.descent, exact group re-solves by variable elimination) over random
+partitions of the factor graph into groups of bounded elimination width (search.partition)
+finds the cheapest assignment it can; where its peak is over the limit, the time steps over it
+gain a price per byte (search.prices, a Lagrangian relaxation), raised round by round until an
+assignment fits and then bisected back towards the cheapest price that still does; a greedy
+repair moves the variables at an over-full step to leaner candidates where no price fitted.
+Subgradient steps then move the prices (up where over the limit, down where there is room),
+the descent continuing under each; every result is repaired, tightened by single-variable moves
+along the limit and kept if cheapest. The rest of the time goes to iterated local search: a
+random ball of variables takes random candidates, the groups around it descend again under a
+multiple of the last prices, and the result is kept if it fits and costs less. Only assignments
+that fit are ever returned.
+"""
+
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..search.descent import Descent
+from ..search.factors import FactorGraph, Price
+from ..search.memory import MemoryItem
+from ..search.partition import ball, neighbours, partition
+from ..search.prices import StepPrices, lower_bound, step_prices
+from .instance import Instance
+from .reduce import Infeasible, Reduction
+
+log = logging.getLogger(__name__)
+
+PATIENCE = 2  # partitions in a row that lower nothing end a descent
+GROUP_VARS = 300  # most variables in one group of a partition
+CHUNK_VARS = 600  # variables a descent takes between looks at the clock
+FIRST_SHARE = 0.15  # of the time, at most, for the unconstrained descent
+FIT_SHARE = 0.5  # of the time, at most, until the price rounds and bisections stop
+PRICE_ROUNDS = 12  # rounds of raising the price of the over-full steps
+BISECTIONS = 4  # of the price, back towards the cheapest that fits
+KICK = 8  # most variables a kick sets at random
+AROUND = 120  # variables around a kick that descend again
+ASCENT_SHARE = 0.6  # of the time left after the first fit, for the subgradient steps of the prices
+ASCENT_STEP = 1.0  # first subgradient step, in the first assignment's cost per byte of its peak
+ASCENT_DECAY = 0.97  # each step is this times the last
+TIGHTEN_PASSES = 3  # of single-variable moves along the limit after a kick
+LEVELS = (0.0, 0.5, 1.0, 2.0)  # the prices a kick descends under, as multiples of the fitting one
+
+
+@dataclass
+class Solved:
+    solution: List[int]  # a strategy per node; [] where no assignment found fits
+    cost: float  # its cost (inf where none)
+    peak: float  # its peak memory; where none fits, the least peak found
+
+
+class Usage:
+    """What an assignment of the reduced graph holds at each time step, in one numpy pass
+    (every item of an IOPDDL graph hangs on one variable)."""
+
+    def __init__(self, items: Sequence[MemoryItem], steps: int):
+        self.items, self.steps = list(items), steps
+        self.var: np.ndarray = np.array([item.vars[0] for item in items], dtype=np.int64)
+        sizes = [len(item.usage) for item in items]
+        self.offset: np.ndarray = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.flat = np.concatenate([item.usage for item in items]) if items else np.zeros(0)
+        self.start: np.ndarray = np.array([item.start for item in items], dtype=np.int64)
+        self.end: np.ndarray = np.array([item.end for item in items], dtype=np.int64)
+
+    def profile(self, x: Sequence[int]) -> np.ndarray:
+        held = self.flat[self.offset + np.asarray(x, dtype=np.int64)[self.var]]
+        delta = np.bincount(self.start, held, self.steps + 1)
+        delta -= np.bincount(self.end, held, self.steps + 1)
+        return np.cumsum(delta)[: self.steps]
+
+    def peak(self, x: Sequence[int]) -> float:
+        return float(self.profile(x).max()) if self.steps else 0.0
+
+
+class Search:
+    def __init__(
+        self, graph: FactorGraph, usage: Usage, limit: float, deadline: float, seed: int = 0
+    ):
+        self.graph, self.usage, self.limit, self.deadline = graph, usage, limit, deadline
+        self.rng = random.Random(seed)
+        self.near = neighbours(graph)
+        self.free = [v for v in range(len(graph)) if graph.is_free(v)]
+        self.least_peak = math.inf
+        self.items_of: List[List[MemoryItem]] = [[] for _ in range(len(graph))]
+        for item in usage.items:
+            self.items_of[item.vars[0]].append(item)
+        self.best: Optional[Tuple[float, List[int]]] = None  # (cost, x) of the best that fits
+
+    def _time_left(self, until: Optional[float] = None) -> bool:
+        return time.monotonic() < min(self.deadline, until or math.inf)
+
+    def share(self, share: float) -> float:
+        """The moment `share` of the time left from now has passed."""
+        now = time.monotonic()
+        return now + share * max(self.deadline - now, 0.0)
+
+    def prices(self, per_step: np.ndarray) -> StepPrices:
+        return step_prices(self.usage.items, list(self.graph.domain), per_step)
+
+    def descend(
+        self, x: List[int], price: Price, variables: Sequence[int], until: Optional[float] = None
+    ) -> List[int]:
+        """x after descents over random partitions of `variables`, until PATIENCE partitions in
+        a row lower nothing (or time is up, or `until` has passed: the groups go a few at a time,
+        so that a large graph's sweep stops near it)."""
+        fails = 0
+        value = self.graph.objective(x, price)
+        while fails < PATIENCE and self._time_left(until):
+            groups = partition(self.graph, self.near, variables, self.rng, GROUP_VARS)
+            for chunk in _chunks(groups, CHUNK_VARS):
+                if not self._time_left(until):
+                    break
+                x = Descent(self.graph, price, chunk).run(x, max_sweeps=3)
+            new = self.graph.objective(x, price)
+            fails = 0 if new < value else fails + 1
+            value = new
+        return x
+
+    def consider(self, x: List[int]) -> bool:
+        """Record x if it fits and is the cheapest so far; whether it fits."""
+        peak = self.usage.peak(x)
+        self.least_peak = min(self.least_peak, peak)
+        if peak > self.limit:
+            return False
+        cost = self.graph.objective(x)
+        if self.best is None or cost < self.best[0]:
+            self.best = (cost, list(x))
+            log.debug("fits: cost %.6g peak %.4g of %.4g", cost, peak, self.limit)
+        return True
+
+    def fit(self, x: List[int]) -> np.ndarray:
+        """search.fit's price rounds: the price per byte at each step at which the cheapest
+        assignment found that fits was found (zero where the unconstrained descent fits)."""
+        phase = self.share(FIT_SHARE)
+        x = self.descend(x, 0.0, self.free, self.share(FIRST_SHARE))
+        none = np.zeros(self.usage.steps)
+        if self.consider(x):
+            return none
+        usage = self.usage.profile(x)
+        over = np.zeros(self.usage.steps)
+        hi = max(self.graph.objective(x), 1.0) / max(float(usage.max()), 1.0)
+        lo, fit = 0.0, None
+        for _ in range(PRICE_ROUNDS):
+            if not self._time_left(phase):
+                break
+            over += np.maximum(usage - self.limit, 0.0) / self.limit
+            x = self.descend(x, self.prices(hi * over), self.free, phase)
+            usage = self.usage.profile(x)
+            if self.consider(x):
+                fit = x
+                break
+            lo, hi = hi, hi * 4
+        if fit is None:
+            self.repair(x)
+            return none
+        for _ in range(BISECTIONS):
+            if not self._time_left(phase):
+                break
+            mid = (lo + hi) / 2
+            y = self.descend(list(fit), self.prices(mid * over), self.free, phase)
+            if self.consider(y):
+                hi = mid
+            else:
+                lo = mid
+        return hi * over
+
+    def ascend(self, x: List[int], per_step: np.ndarray, until: float) -> np.ndarray:
+        """Subgradient steps of the per-step prices from `per_step` until `until`: each raises
+        the price of the steps x holds more than the limit at and lowers it (not below zero)
+        where x leaves room, by a step that shrinks geometrically; x descends under each price
+        from where the last left it, and what it lands on is repaired to fit, tightened along
+        the limit and kept if cheapest. A descent that continues under moving prices leaves
+        basins that one price's descents stay in. The prices reached."""
+        step = ASCENT_STEP * max(self.graph.objective(x), 1.0) / max(self.usage.peak(x), 1.0)
+        if not math.isfinite(self.limit):
+            return per_step
+        while self._time_left(until):
+            profile = self.usage.profile(x)
+            per_step = np.maximum(per_step + step * (profile - self.limit) / self.limit, 0.0)
+            x = self.descend(x, self.prices(per_step), self.free, until)
+            fitting = x if self.usage.peak(x) <= self.limit else self.repair(x, until)
+            if self.consider(fitting):
+                self.consider(self.tighten(fitting, self.free, until))
+            step *= ASCENT_DECAY
+        return per_step
+
+    def repair(self, x: List[int], until: Optional[float] = None) -> List[int]:
+        """x with variables live at its fullest step moved to the candidates that free most bytes
+        there per unit of cost added, as many as cover that step's excess (one per variable),
+        again at the next fullest step, until it fits or no move frees any."""
+        x = list(x)
+        while self._time_left(until):
+            profile = self.usage.profile(x)
+            step = int(profile.argmax())
+            excess = profile[step] - self.limit
+            if excess <= 0:
+                break
+            moves = self._leaner(x, step)
+            if not moves:
+                break
+            for _, v, k, freed in moves:
+                x[v] = k
+                excess -= freed
+                if excess <= 0:
+                    break
+        self.consider(x)
+        return x
+
+    def _leaner(self, x: List[int], step: int) -> List[Tuple[float, int, int, float]]:
+        """(cost added per byte freed, variable, candidate, bytes freed at `step`) of the best
+        move of each variable live at `step` that frees bytes there, best first."""
+        u = self.usage
+        held: Dict[int, np.ndarray] = {}
+        for i in np.flatnonzero((u.start <= step) & (step < u.end)):
+            v = int(u.var[i])
+            held[v] = held.get(v, 0.0) + self.usage.items[i].usage
+        moves = []
+        for v, bytes_ in held.items():
+            freed = bytes_[x[v]] - bytes_
+            lean = np.flatnonzero(freed > 0)
+            if not len(lean):
+                continue
+            costs = self.local_costs(x, v)
+            ratio = np.maximum(costs[lean] - costs[x[v]], 0.0) / freed[lean]
+            best = int(np.argmin(ratio))
+            moves.append((float(ratio[best]), v, int(lean[best]), float(freed[lean[best]])))
+        return sorted(moves)
+
+    def local_costs(self, x: Sequence[int], v: int) -> np.ndarray:
+        """The objective's terms over v per candidate, every other variable as in x."""
+        total = self.graph.compute[v].copy()
+        for fid in self.graph.factors_of[v]:
+            f = self.graph.factors[fid]
+            index = tuple(slice(None) if u == v else x[u] for u in f.vars)
+            total += f.table[index]
+        return total
+
+    def tighten(
+        self, x: List[int], variables: Sequence[int], until: Optional[float] = None
+    ) -> List[int]:
+        """x (which fits) after single-variable moves to cheaper candidates that keep it within
+        the limit, until none is left: the moves along the limit that no one price's descent
+        makes."""
+        x = list(x)
+        profile = self.usage.profile(x)
+        for _ in range(TIGHTEN_PASSES):
+            moved = False
+            for i, v in enumerate(variables):
+                if i % 64 == 0 and not self._time_left(until):
+                    return x
+                costs = self.local_costs(x, v)
+                for k in np.argsort(costs, kind="stable"):
+                    if costs[k] >= costs[x[v]]:
+                        break
+                    if self._room(profile, v, x[v], int(k)):
+                        self._shift(profile, v, x[v], int(k))
+                        x[v], moved = int(k), True
+                        break
+            if not moved:
+                break
+        return x
+
+    def _room(self, profile: np.ndarray, v: int, old: int, new: int) -> bool:
+        return all(
+            item.usage[new] <= item.usage[old]
+            or profile[item.start : item.end].max() + item.usage[new] - item.usage[old]
+            <= self.limit
+            for item in self.items_of[v]
+        )
+
+    def _shift(self, profile: np.ndarray, v: int, old: int, new: int) -> None:
+        for item in self.items_of[v]:
+            profile[item.start : item.end] += item.usage[new] - item.usage[old]
+
+    def improve(self, per_step: np.ndarray) -> int:
+        """Iterated local search from the best assignment that fits, until the deadline; the
+        number of kicks. Each kick descends under a price drawn from LEVELS times the fitting
+        one: the cheapest assignment that fits need not be the optimum of any one price (the
+        relaxation's gap), and an unpriced descent that lands over the limit is kept from."""
+        kicks = 0
+        levels: List[Price] = [0.0]
+        if per_step.any():
+            levels = [self.prices(level * per_step) for level in LEVELS]
+        while self.best is not None and self._time_left() and self.free:
+            price = self.rng.choice(levels)
+            x = list(self.best[1])
+            hit = ball(self.near, [self.rng.choice(self.free)], self.rng.randint(1, KICK))
+            hit = [v for v in hit if self.graph.is_free(v)]
+            for v in hit:
+                x[v] = self.rng.randrange(int(self.graph.domain[v]))
+            around = [v for v in ball(self.near, hit, AROUND) if self.graph.is_free(v)]
+            x = self.descend(x, price, around)
+            if self.consider(x):
+                self.consider(self.tighten(x, around))
+            kicks += 1
+        return kicks
+
+
+def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
+    """The cheapest assignment found by `deadline` (time.monotonic()) that fits the limit."""
+    limit = math.inf if instance.usage_limit is None else float(instance.usage_limit)
+    try:
+        reduction = Reduction(instance)
+    except Infeasible as e:
+        log.warning("%s", e)
+        return Solved([], math.inf, _least_peak(instance))
+    usage = Usage(reduction.items, reduction.steps)
+    least = float(lower_bound(reduction.items, usage.steps).max()) if usage.steps else 0.0
+    if least > limit:
+        log.warning("no assignment fits %d: the least peak memory is %d", limit, least)
+        return Solved([], math.inf, least)
+    graph = reduction.graph
+    search = Search(graph, usage, limit, deadline, seed)
+    start = [int(np.argmin(u)) for u in graph.compute]
+    per_step = search.fit(start)
+    if search.best is not None:
+        search.consider(search.tighten(search.best[1], search.free, search.share(FIRST_SHARE)))
+    x = search.best[1] if search.best is not None else start
+    per_step = search.ascend(list(x), per_step, search.share(ASCENT_SHARE))
+    kicks = search.improve(per_step)
+    log.info("%d kicks", kicks)
+    if search.best is None:
+        return Solved([], math.inf, search.least_peak)
+    x = search.best[1]
+    return Solved(reduction.expand(x), search.best[0], usage.peak(x))
+
+
+def _chunks(groups: List[List[int]], size: int) -> List[List[List[int]]]:
+    """The groups in runs of about `size` variables in all."""
+    runs: List[List[List[int]]] = [[]]
+    held = 0
+    for group in groups:
+        if held >= size:
+            runs.append([])
+            held = 0
+        runs[-1].append(group)
+        held += len(group)
+    return runs
+
+
+def _least_peak(instance: Instance) -> float:
+    """The least peak memory of any assignment, forbidden costs aside: every node at its least."""
+    delta: dict = {}
+    for usages, (a, b) in zip(instance.usages, instance.intervals):
+        if b > a:
+            delta[a] = delta.get(a, 0) + min(usages)
+            delta[b] = delta.get(b, 0) - min(usages)
+    running, peak = 0, 0
+    for t in sorted(delta):
+        running += delta[t]
+        peak = max(peak, running)
+    return float(peak)

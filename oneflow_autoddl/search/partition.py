@@ -1,0 +1,147 @@
+"""Groups for the descent where no module scopes suggest any: random connected partitions of a
+factor graph, each of bounded elimination width.
+
+A group is grown from a random seed through the factors, one random frontier variable at a
+time. A variable that keeps the group an induced forest of the factors (no two of its factors
+lead into the same connected part of the group; union-find) joins it: a forest's elimination,
+leaf by leaf, builds no table larger than its largest factor. One that closes a cycle joins
+only if the group's elimination (search.eliminate.elimination_width, counted without building
+a table) stays within `max_entries`: the cycles are what a descent over single variables or
+forests cannot change together. Drawn anew, a partition puts every variable in new company,
+which lets repeated descents leave the optimum of one partition.
+"""
+
+import random
+from typing import Dict, List, Optional, Sequence
+
+from .eliminate import MAX_ENTRIES, elimination_width
+from .factors import FactorGraph
+
+MAX_CHECKS = 40  # widths counted per group: each costs about its size, so a group stops there
+
+
+class _Parts:
+    """Union-find over the group's variables: which connected part of the group each is in."""
+
+    def __init__(self) -> None:
+        self.parent: Dict[int, int] = {}
+
+    def add(self, v: int) -> None:
+        self.parent[v] = v
+
+    def find(self, v: int) -> int:
+        root = v
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[v] != root:
+            self.parent[v], v = root, self.parent[v]
+        return root
+
+
+def neighbours(graph: FactorGraph) -> List[List[int]]:
+    """For each variable, the other variables its factors join it to (sorted)."""
+    return [
+        sorted({u for f in fids for u in graph.factors[f].vars} - {v})
+        for v, fids in enumerate(graph.factors_of)
+    ]
+
+
+def _parts_joined(graph: FactorGraph, v: int, parts: _Parts) -> Optional[List[int]]:
+    """The group's parts v's factors reach, if adding v keeps the group a forest; else None."""
+    found: List[int] = []
+    for fid in graph.factors_of[v]:
+        inside = [u for u in graph.factors[fid].vars if u != v and u in parts.parent]
+        if len(inside) > 1 and len({parts.find(u) for u in inside}) < len(inside):
+            return None
+        for u in inside:
+            part = parts.find(u)
+            if part in found:
+                return None
+            found.append(part)
+    return found
+
+
+def width(graph: FactorGraph, group: Sequence[int], limit: int) -> int:
+    """The largest table eliminating `group` builds, every other variable held (past `limit`,
+    some number above it)."""
+    inside = set(group)
+    scopes = {
+        tuple(u for u in graph.factors[f].vars if u in inside)
+        for v in group
+        for f in graph.factors_of[v]
+    }
+    domain = {v: int(graph.domain[v]) for v in group}
+    return elimination_width(list(group), domain, [s for s in scopes if s], limit)
+
+
+def grow_group(
+    graph: FactorGraph,
+    near: List[List[int]],
+    seed: int,
+    allowed: set,
+    rng: random.Random,
+    max_vars: Optional[int] = None,
+    max_entries: int = MAX_ENTRIES,
+) -> List[int]:
+    """A connected group of `allowed` variables grown from `seed` in random order, of
+    elimination width within `max_entries`."""
+    parts = _Parts()
+    parts.add(seed)
+    members, frontier, refused = [seed], list(near[seed]), set()
+    checks = MAX_CHECKS
+    while frontier and (max_vars is None or len(members) < max_vars):
+        i = rng.randrange(len(frontier))
+        frontier[i], frontier[-1] = frontier[-1], frontier[i]
+        v = frontier.pop()
+        if v in parts.parent or v in refused or v not in allowed:
+            continue
+        joined = _parts_joined(graph, v, parts)
+        if joined is None:
+            checks -= 1
+            if checks < 0 or width(graph, members + [v], max_entries) > max_entries:
+                refused.add(v)  # the group only grows: its width would only grow too
+                continue
+            joined = list({parts.find(u) for u in near[v] if u in parts.parent})
+        parts.add(v)
+        for part in joined:
+            parts.parent[parts.find(part)] = v
+        members.append(v)
+        frontier.extend(u for u in near[v] if u not in parts.parent and u in allowed)
+    return members
+
+
+def partition(
+    graph: FactorGraph,
+    near: List[List[int]],
+    variables: Sequence[int],
+    rng: random.Random,
+    max_vars: Optional[int] = None,
+    max_entries: int = MAX_ENTRIES,
+) -> List[List[int]]:
+    """`variables` partitioned into connected groups of at most `max_vars` variables and
+    elimination width within `max_entries`, grown from random seeds; largest first."""
+    left = set(variables)
+    order = list(variables)
+    rng.shuffle(order)
+    groups = []
+    for seed in order:
+        if seed in left:
+            group = grow_group(graph, near, seed, left, rng, max_vars, max_entries)
+            left.difference_update(group)
+            groups.append(sorted(group))
+    groups.sort(key=len, reverse=True)
+    return groups
+
+
+def ball(near: List[List[int]], seeds: Sequence[int], size: int) -> List[int]:
+    """Up to `size` variables nearest `seeds` through the factors (breadth first), seeds first."""
+    out = list(dict.fromkeys(seeds))
+    seen = set(out)
+    i = 0
+    while i < len(out) and len(out) < size:
+        for u in near[out[i]]:
+            if u not in seen and len(out) < size:
+                seen.add(u)
+                out.append(u)
+        i += 1
+    return out
