@@ -63,8 +63,9 @@ class FactorGraph:
             self._priced[price] = (tables, flat)
         return self._priced[price]
 
-    def tables(self, weights: object = None) -> List[Factor]:
-        """The factors (one set: every weighting of them is the same)."""
+    def tables(self, weights: object = None, price: Price = 0.0) -> List[Factor]:
+        """The factors (one set: every weighting of them is the same; a price of memory adds
+        nothing to them, since each memory item here hangs on one variable)."""
         return self.factors
 
     def objective(self, x: Sequence[int], price: Price = 0.0) -> float:
