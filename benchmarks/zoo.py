@@ -202,6 +202,9 @@ def main(argv=None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument(
+        "--exclude", default="", help="models left out of --models (e.g. one too large here)"
+    )
     parser.add_argument("--meshes", default="2,2x2")
     parser.add_argument(
         "--models-2x2",
@@ -222,7 +225,8 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    models = _names(args.models, MODELS, "models")
+    left_out = _names(args.exclude, MODELS, "models")
+    models = [m for m in _names(args.models, MODELS, "models") if m not in left_out]
     meshes = _names(args.meshes, ["2", "2x2"], "meshes")
     wide = None if args.models_2x2 == "all" else _names(args.models_2x2, MODELS, "models")
     rows = run(models, meshes, args.rounds, args.steps, args.cluster, wide, args.batch)
