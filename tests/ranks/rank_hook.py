@@ -1,5 +1,6 @@
 """On ranks: train the examples' models with and without the plugin and report what ran."""
 
+import gc
 import json
 import logging
 import os
@@ -27,6 +28,17 @@ class _Records(logging.Handler):
 
     def emit(self, record):
         self.lines.append(record.getMessage())
+
+
+def _release_together(graphs: list) -> None:
+    """Close the graphs on every rank at the same point: a compiled graph's runtime waits for
+    its peers when it closes, so a rank whose garbage collector closes one while another rank
+    compiles the next graph waits forever (seen on 2 ranks: one rank in NNGraph::Close, the
+    other in CompileAndInitRuntime's barrier)."""
+    flow.comm.barrier()
+    graphs.clear()
+    gc.collect()
+    flow.comm.barrier()
 
 
 def _train(graph, inputs, steps):
@@ -74,10 +86,13 @@ def compare(
     """
     records = _Records()
     logging.getLogger("oneflow_autoddl").addHandler(records)
-    results = []
+    results, alive = [], []
     for model, optimizer, planner in cases:
+        graph = None
+        _release_together(alive)
         start = time.perf_counter()
         graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
+        alive.append(graph)
         dp = _train(graph, inputs, steps)
         dp_seconds = time.perf_counter() - start
         limit = _tight_limit(read_job(graph._full_graph_proto), cluster, memory_fraction)
@@ -89,6 +104,7 @@ def compare(
             cluster=cluster,
             memory_per_device=limit,
         )
+        alive.append(graph)
         results.append(
             {
                 "case": [model, optimizer, planner],
@@ -97,6 +113,8 @@ def compare(
                 "seconds": [dp_seconds, time.perf_counter() - start - dp_seconds],
             }
         )
+    graph = None
+    _release_together(alive)
     return {"results": results, "warnings": records.lines}
 
 
@@ -117,6 +135,7 @@ def fallbacks():
     Then a train and an eval graph sharing one module."""
     records = _Records()
     logging.getLogger("oneflow_autoddl").addHandler(records)
+    gc.disable()  # the graphs built here are closed together at the end (_release_together)
     bad = {"a_0": "S(0)", "b_0": "S(0)", "out_0": "S(0)"}  # no such broadcast_matmul signature
     out = {}
     for name, bypass in (("ours", False), ("oneflow", True)):
@@ -139,6 +158,8 @@ def fallbacks():
         }
     out["warnings"] = records.lines
     out["shared"] = _shared_module()
+    _release_together([])
+    gc.enable()
     return out
 
 
