@@ -84,7 +84,9 @@ def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
 LONGER = 3  # the longer add chain has (1 + LONGER) x STAGES ops
 
 
-def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str, float]]:
+def _device(
+    place, rows: int, width: int, longer: int = LONGER
+) -> Tuple[float, float, float, Dict[str, float]]:
     """(FLOP/s, seconds per op, memory bandwidth, bytes/s per kernel kind) of one rank, all ranks
     at once, the chains taking turns: the kinds' figures are read against one another (a kind's
     bandwidth is net of the cost per op, the reduction's also of its row subtract), so they must
@@ -92,7 +94,7 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     and of ADD_ELEMS floats, the kinds on KERNEL_ROWS x KERNEL_WIDTH. A step costs something
     whatever its stages (starting it, fetching its output: across emulated nodes, tens of ms), so
     the cost per op is the difference between chains of 16-float adds of two lengths (the longer
-    LONGER times as many ops more, so that the difference stands out of the noise), and every
+    `longer` times as many ops more, so that the difference stands out of the noise), and every
     other stage's work is its time net of a short add chain's stage, which carries that share."""
     n = flow.env.get_world_size()
     holder = Holder(
@@ -108,11 +110,11 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     chains = [
         matmul,
         _add_chain(place, 16 * n),
-        _add_chain(place, 16 * n, (1 + LONGER) * STAGES),
+        _add_chain(place, 16 * n, (1 + longer) * STAGES),
         _add_chain(place, ADD_ELEMS * n),
         Chain(holder, lambda h, x: x - h.row),
     ]
-    matmul_s, empty, longer, add, plain, *timed = (
+    matmul_s, empty, longer_s, add, plain, *timed = (
         t / STAGES
         for t in step_times(*chains, *(Chain(holder, KERNEL_STAGES[k][0]) for k in kinds))
     )
@@ -123,7 +125,7 @@ def _device(place, rows: int, width: int) -> Tuple[float, float, float, Dict[str
     }
     return (
         2 * rows * width * width / max(matmul_s - empty, 1e-9),
-        max((longer - empty) / LONGER, 1e-9),
+        max((longer_s - empty) / longer, 1e-9),
         3 * 4 * ADD_ELEMS / max(add - empty, 1e-9),
         kernels,
     )
@@ -236,15 +238,18 @@ DeviceFigures = Tuple[float, float, float, Dict[str, float]]
 
 def _device_until_told(place, rows: int, width: int) -> DeviceFigures:
     """_device's figures, measured again (up to DEVICE_TRIES times in all) while rank 0's cost
-    per op or a rate is lost in the noise (a difference of step times at or below zero): a
-    loaded machine's drift can swallow a difference once and not the next time. Every rank
-    measures as often as rank 0 says, so that their collectives stay in step."""
+    per op or a rate is lost in the noise (a difference of step times at or below zero), the
+    longer add chain 8 times longer each time: a loaded machine's drift can swallow a difference
+    once and not the next time, and a rank with a core of its own runs an op in microseconds,
+    which 48 more ops do not lift out of a step's noise. Every rank measures as often as rank 0
+    says, so that their collectives stay in step."""
     figures = _device(place, rows, width)
-    for _ in range(DEVICE_TRIES - 1):
+    for attempt in range(1, DEVICE_TRIES):
         if not _lost_on_rank0(figures):
             break
+        longer = LONGER * 8**attempt
         log.warning("calibrate: a device figure was lost in the noise; measuring again")
-        figures = _device(place, rows, width)
+        figures = _device(place, rows, width, longer)
     return figures
 
 
