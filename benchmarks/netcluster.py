@@ -38,12 +38,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from tabulate import tabulate
 
 from oneflow_autoddl.launch import (
-    LAUNCHED_GROUPS,
     RankFailure,
     collect_results,
     free_port,
     kill_group,
     launcher,
+    start_group,
 )
 
 PREFIX = "autoddl-"
@@ -272,17 +272,7 @@ def run_per_node(
             log = tempfile.TemporaryFile("w+")
             logs.append(log)
             full = cmd if cmd[:3] == ["ip", "netns", "exec"] else _in(cluster, node, cmd)
-            procs.append(
-                subprocess.Popen(
-                    full,
-                    cwd=cwd,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )  # fmt: skip
-            )
-            LAUNCHED_GROUPS.add(procs[-1].pid)
+            procs.append(start_group(full, log, cwd=cwd, env=env))
         codes = _wait_all(procs, timeout)
     finally:
         for proc in procs:

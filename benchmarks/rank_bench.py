@@ -91,6 +91,23 @@ def _no_rule(plan) -> dict:
     return counts
 
 
+def reordered(inputs):
+    """The inputs with each rank's shard of the batch in reverse order: the same step in exact
+    arithmetic, only the order of its sums changes."""
+    return [
+        flow.flip(x.to_local(), [0]).to_global(placement=x.placement, sbp=x.sbp) for x in inputs
+    ]
+
+
+def reordered_losses(build, model, mesh, options, steps: int):
+    """Losses of `steps` steps of data parallel on the batch reordered within each shard
+    (`reordered`): how far float32 summation order alone moves this model's losses."""
+    graph, inputs = build(model, mesh, plan="dp", **options)
+    inputs = reordered(inputs)
+    losses = [float(graph(*inputs).numpy()) for _ in range(steps)]
+    return graph, losses
+
+
 def measure(
     model: str,
     mesh: str,
@@ -106,6 +123,7 @@ def measure(
     costed_on: Sequence[str] = (),
     builder: str = "examples.models",
     pass_time: bool = False,
+    reorder_steps: int = 0,
 ):
     """For each plan: median step time (of all steps, and of its block in each round), bytes sent
     per step by this rank, and what was predicted; with `across_nodes` (ranks in emulated nodes,
@@ -115,7 +133,9 @@ def measure(
     gives the graphs (examples.models, examples.zoo; batch None: the zoo model's own). Every
     row holds the plan's first call (trace, pass, compile and one step) and the op types it
     left with no rule; with `pass_time`, the native row also the time OneFlow's native pass
-    adds to the trace (a data parallel trace subtracted).
+    adds to the trace (a data parallel trace subtracted); with `reorder_steps`, the data parallel
+    row also the losses of that many steps on the batch reordered within each shard
+    (`reordered_losses`).
 
     The plans' graphs are all built first. Then each round runs every plan for one block of
     `steps` timed steps, after one untimed step that brings the plan's state back into the
@@ -138,6 +158,9 @@ def measure(
         first_call[plan] = time.perf_counter() - start
         losses += [float(graph(*inputs).numpy()) for _ in range(warmup - 1)]
         built[plan] = (graph, inputs, note, losses)
+    reference = (
+        reordered_losses(build, model, mesh, options, reorder_steps) if reorder_steps else None
+    )
     times, blocks, sent, across = {p: [] for p in plans}, {p: [] for p in plans}, {}, {}
     per_node = flow.env.get_world_size() // flow.env.get_node_size()
     for order in round_orders(plans, rounds):
@@ -180,6 +203,7 @@ def measure(
                 "native_pass_s": native_pass if plan == "native" else None,
                 "no_rule": _no_rule(predicted),
                 "note": note,
+                "reordered_losses": reference[1] if reference and plan == "dp" else None,
             }
         )
     return rows

@@ -13,10 +13,15 @@ each rank sends a step, the first call (trace, pass, compile, one step), AutoDDL
 test against data parallel and against native (compare_plans.separated: a plan faster in so
 many rounds that a fair coin would do it with probability below ALPHA; 'n.s.' otherwise, as
 with any count under 8 rounds), and whether its losses equal data parallel's (rtol 1e-4) over
-the first LOSS_STEPS steps: every step trains on the same batch, and once the loss nears 0
-(resnet18: 2.47 at step 1, 0.018 at step 8) a relative tolerance measures summation order
-(there native's and AutoDDL's losses equalled each other and left data parallel's by 0.15%);
-the JSON also holds the largest relative difference over all steps.
+the first LOSS_STEPS steps. Where float32 summation order alone moves a model's losses off
+that tolerance sooner, no plan that sums in another order can meet it: data parallel on the
+batch reordered within each shard (rank_bench.reordered_losses, REORDER_STEPS steps) shows
+when that happens, and a plan's losses are off data parallel's only where they leave them
+before the reordered run does (BatchNorm over a few values per channel amplifies rounding: on
+MobileNetV2 at 64 px, reversing a batch of 4 in one process moves float32 weight gradients by
+up to 1.3%, float64 ones by 2e-13; OneFlow 0.9.0 cannot train a float64 nn.Graph, it casts
+the gradients to float32: docs/oneflow-0.9.md). The JSON also holds the largest relative
+difference over all steps.
 The AutoDDL row also says which of issue 16's checks it misses. The 2 x 2 mesh runs the
 models of --models-2x2 only (one launch per model and mesh: a process keeps every graph it
 built). Memory: CPU ranks reuse none (every blob of a step is held for the run), and the plans'
@@ -38,6 +43,7 @@ PLANS = ["dp", "native", "autoddl"]  # data parallel first (compare_plans.combin
 MODELS_2X2 = ["resnet18", "vit_tiny_patch16_224", "mobilenet_v2"]
 RTOL = 1e-4
 LOSS_STEPS = 4
+REORDER_STEPS = 8
 
 
 def measure(
@@ -57,6 +63,7 @@ def measure(
         builder="examples.zoo",
         batch=batch,
         pass_time=True,
+        reorder_steps=REORDER_STEPS,
     )
     return combine(per_rank)
 
@@ -87,12 +94,26 @@ def largest_relative_difference(a: Sequence[float], b: Sequence[float]) -> float
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-def steps_equal(a: Sequence[float], b: Sequence[float]) -> str:
-    """'k/n': the first k of the n steps' losses of a equal b's within RTOL."""
+def equal_steps(a: Sequence[float], b: Sequence[float]) -> int:
+    """How many of the first steps' losses of a equal b's within RTOL."""
     k = 0
     while k < min(len(a), len(b)) and np.isclose(a[k], b[k], rtol=RTOL, atol=0):
         k += 1
-    return f"{k}/{len(b)}"
+    return k
+
+
+def steps_equal(a: Sequence[float], b: Sequence[float]) -> str:
+    """'k/n': the first k of the n steps' losses of a equal b's within RTOL."""
+    return f"{equal_steps(a, b)}/{len(b)}"
+
+
+def losses_off(plan: dict, dp: dict) -> bool:
+    """The plan's losses leave data parallel's within the first LOSS_STEPS steps, and before
+    data parallel's own on a reordered batch do (where the row has them)."""
+    within = LOSS_STEPS
+    if dp.get("reordered_losses"):
+        within = min(within, equal_steps(dp["reordered_losses"], dp["losses"]))
+    return equal_steps(plan["losses"], dp["losses"]) < within
 
 
 def misses(autoddl: dict, dp: dict, native: dict) -> List[str]:
@@ -108,7 +129,7 @@ def misses(autoddl: dict, dp: dict, native: dict) -> List[str]:
     pass_s = native.get("native_pass_s")
     if pass_s is not None and autoddl["search_time_s"] >= pass_s:
         out.append("plans slower than the native pass")
-    if not losses_equal(autoddl["losses"], dp["losses"]):
+    if losses_off(autoddl, dp):
         out.append("losses off data parallel's")
     return out
 
@@ -141,6 +162,11 @@ def rows_of(group: List[dict]) -> List[dict]:
                 "vs_native": "-" if r is native else verdict(r, native),
                 "losses_equal_dp": losses_equal(r["losses"], dp["losses"]),
                 "steps_equal_dp": steps_equal(r["losses"], dp["losses"]),
+                "reordered_steps_equal_dp": (
+                    steps_equal(dp["reordered_losses"], dp["losses"])
+                    if r is dp and dp.get("reordered_losses")
+                    else ""
+                ),
                 "loss_rel_diff_all_steps": largest_relative_difference(r["losses"], dp["losses"]),
                 "misses": (", ".join(misses(r, dp, native)) or "none") if r is autoddl else "",
                 "note": r["note"],
@@ -185,6 +211,7 @@ COLUMNS = [
     ("vs_native", "vs native"),
     ("losses_equal_dp", f"losses = DP ({LOSS_STEPS} steps)"),
     ("steps_equal_dp", "steps = DP"),
+    ("reordered_steps_equal_dp", "DP reordered: steps = DP"),
     ("misses", "issue 16 misses"),
 ]
 

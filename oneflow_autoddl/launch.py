@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Sequence
+from typing import IO, Any, Dict, List, Optional, Sequence
 
 LAUNCHED_GROUPS = set()  # process groups this interpreter started (see alive_groups)
 
@@ -69,26 +69,36 @@ def run_script(
     a user would; returns what it printed. RankFailure, with the output's tail, when it fails or
     runs past `timeout`."""
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(
-            launcher(nproc) + list(args),
-            cwd=cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        LAUNCHED_GROUPS.add(proc.pid)
-        try:
-            code: Optional[int] = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            kill_group(proc)
+        code = wait_group(start_group(launcher(nproc) + list(args), log, cwd=cwd), timeout)
         log.seek(0)
         output = log.read()
     if code != 0:
         what = f"timed out after {timeout:.0f} s" if code is None else f"exited with {code}"
         raise RankFailure(f"{' '.join(args)} on {nproc} ranks {what}:\n{output[-6000:]}")
     return output
+
+
+def start_group(
+    cmd: Sequence[str], log: IO, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None
+) -> subprocess.Popen:
+    """`cmd` started in a process group of its own, its output to `log`, registered in
+    LAUNCHED_GROUPS: kill_group can end it and everything it started, and tests can check that
+    nothing of it is left."""
+    proc = subprocess.Popen(
+        list(cmd), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    LAUNCHED_GROUPS.add(proc.pid)
+    return proc
+
+
+def wait_group(proc: subprocess.Popen, timeout: float) -> Optional[int]:
+    """The exit code of `proc` (None past `timeout` seconds); its whole group killed after."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        kill_group(proc)
 
 
 def _live_members(pgid: int) -> List[int]:
@@ -158,21 +168,7 @@ def run_on_ranks(
         pythonpath = os.pathsep.join(roots + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         run_env = dict(os.environ, PYTHONPATH=pythonpath, **(env or {}))
         with open(os.path.join(out_dir, "launcher.log"), "w") as log:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=out_dir,
-                env=run_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            LAUNCHED_GROUPS.add(proc.pid)
-            try:
-                code: Optional[int] = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                code = None
-            finally:
-                kill_group(proc)
+            code = wait_group(start_group(cmd, log, cwd=out_dir, env=run_env), timeout)
         return collect_results(out_dir, target, nproc, code, timeout)
 
 

@@ -22,6 +22,7 @@ def row(plan, program, rounds, sent=1e6, losses=(2.3, 2.2, 2.1, 2.0, 0.01), **ex
         "no_rule": extra.get("no_rule", {}),
         "losses": list(losses),
         "note": "",
+        "reordered_losses": extra.get("reordered_losses"),
     }
 
 
@@ -81,3 +82,24 @@ def test_an_autoddl_row_that_wins_misses_nothing():
     auto = rows_of(group)[2]
     assert auto["misses"] == "none" and auto["losses_equal_dp"] and auto["steps_equal_dp"] == "4/5"
     assert abs(auto["loss_rel_diff_all_steps"] - 0.01) < 1e-9
+
+
+def test_losses_are_off_only_before_summation_order_alone_moves_them():
+    """Data parallel on a reordered batch leaving its own losses at step 2 excuses a plan that
+    leaves them at step 2, not one that leaves them at step 1."""
+    dp_losses = (2.3, 2.2, 2.1, 2.0, 0.01)
+    reordered = (2.3, 2.2, 2.15, 2.0, 0.01)
+
+    def misses_with(autoddl_losses):
+        group = [
+            row("dp", "a", DP, losses=dp_losses, reordered_losses=reordered),
+            row("native", "c", DP, native_pass_s=2.0),
+            row("autoddl", "c", DP, losses=autoddl_losses, search_time_s=1.0),
+        ]
+        return rows_of(group)
+
+    dp, _, auto = misses_with((2.3, 2.2, 2.12, 2.0, 0.01))
+    assert auto["misses"] == "none" and dp["reordered_steps_equal_dp"] == "2/5"
+    assert auto["reordered_steps_equal_dp"] == ""
+    _, _, auto = misses_with((2.3, 2.25, 2.1, 2.0, 0.01))
+    assert auto["misses"] == "losses off data parallel's"
