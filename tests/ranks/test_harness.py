@@ -15,6 +15,6 @@ def test_failing_rank_reports_its_stderr(ranks):
 @pytest.mark.ranks
 def test_timeout_kills_every_child(ranks):
     with pytest.raises(RankFailure) as err:
-        ranks("tests.ranks.rank_harness:sleep", 2, timeout=10, seconds=600)
+        ranks("tests.ranks.rank_harness:sleep", 2, timeout=6, seconds=600)
     assert "timed out" in str(err.value)
     assert alive_groups() == []
