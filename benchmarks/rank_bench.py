@@ -100,8 +100,10 @@ def reordered(inputs):
 
 
 def reordered_losses(build, model, mesh, options, steps: int):
-    """Losses of `steps` steps of data parallel on the batch reordered within each shard
-    (`reordered`): how far float32 summation order alone moves this model's losses."""
+    """(graph, losses of `steps` steps of data parallel on the batch reordered within each shard
+    (`reordered`)): how far float32 summation order alone moves this model's losses. The caller
+    keeps the graph until the run ends, as it keeps the plans' graphs: a graph closed on one rank
+    while its peers still run waits for them forever (docs/oneflow-0.9.md, Closing graphs)."""
     graph, inputs = build(model, mesh, plan="dp", **options)
     inputs = reordered(inputs)
     losses = [float(graph(*inputs).numpy()) for _ in range(steps)]

@@ -84,12 +84,6 @@ def verdict(a: dict, b: dict) -> str:
     return f"n.s. {tally}"
 
 
-def losses_equal(a: Sequence[float], b: Sequence[float], steps: int = LOSS_STEPS) -> bool:
-    """The first `steps` losses of a equal b's within RTOL."""
-    a, b = list(a)[:steps], list(b)[:steps]
-    return len(a) == len(b) == steps and bool(np.allclose(a, b, rtol=RTOL, atol=0))
-
-
 def largest_relative_difference(a: Sequence[float], b: Sequence[float]) -> float:
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
@@ -100,6 +94,11 @@ def equal_steps(a: Sequence[float], b: Sequence[float]) -> int:
     while k < min(len(a), len(b)) and np.isclose(a[k], b[k], rtol=RTOL, atol=0):
         k += 1
     return k
+
+
+def losses_equal(a: Sequence[float], b: Sequence[float], steps: int = LOSS_STEPS) -> bool:
+    """The first `steps` losses of a equal b's within RTOL (both have that many)."""
+    return equal_steps(a, b) >= steps
 
 
 def steps_equal(a: Sequence[float], b: Sequence[float]) -> str:
