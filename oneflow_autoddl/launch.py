@@ -12,6 +12,7 @@ with the keyword arguments and writes its result to OUT_DIR/rank<r>.json, its st
 OUT_DIR/rank<r>.err.
 """
 
+import faulthandler
 import importlib
 import json
 import os
@@ -167,6 +168,8 @@ def run_on_ranks(
         cmd = launcher(nproc) + ["-m", __name__, out_dir, target, json.dumps(kwargs)]
         pythonpath = os.pathsep.join(roots + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         run_env = dict(os.environ, PYTHONPATH=pythonpath, **(env or {}))
+        margin = min(STACKS_MARGIN_S, timeout / 4)
+        run_env[STACKS_AT_ENV] = repr(time.time() + timeout - margin)
         with open(os.path.join(out_dir, "launcher.log"), "w") as log:
             code = wait_group(start_group(cmd, log, cwd=out_dir, env=run_env), timeout)
         return collect_results(out_dir, target, nproc, code, timeout)
@@ -176,18 +179,26 @@ def collect_results(
     out_dir: str, target: str, nproc: int, code: Optional[int], timeout: float
 ) -> List[Any]:
     """Each rank's result from OUT_DIR/rank<r>.json (rank_main), or RankFailure with the stderr
-    of the first rank that gave none; `code` is the launch's (None: it timed out)."""
+    of the first rank that gave none (of each, on a timeout); `code` is the launch's (None: it
+    timed out)."""
+    missing = [
+        r for r in range(nproc) if not os.path.exists(os.path.join(out_dir, f"rank{r}.json"))
+    ]
+    if missing:
+        what = f"timed out after {timeout:.0f} s" if code is None else f"exited with {code}"
+        shown = missing if code is None else missing[:1]  # a hang needs every waiting rank
+        each = 6000 // len(shown)
+        stderr = "".join(
+            f"rank {r}'s stderr:\n{_tail(os.path.join(out_dir, f'rank{r}.err'), each)}\n"
+            for r in shown
+        )
+        raise RankFailure(
+            f"{target} on {nproc} ranks {what}; rank(s) {missing} gave no result.\n{stderr}"
+            f"launcher:\n{_tail(os.path.join(out_dir, 'launcher.log'), 2000)}"
+        )
     results = []
     for rank in range(nproc):
-        path = os.path.join(out_dir, f"rank{rank}.json")
-        if not os.path.exists(path):
-            what = f"timed out after {timeout:.0f} s" if code is None else f"exited with {code}"
-            raise RankFailure(
-                f"{target} on {nproc} ranks {what}; rank {rank} gave no result. Its stderr:\n"
-                f"{_tail(os.path.join(out_dir, f'rank{rank}.err'))}\n"
-                f"launcher:\n{_tail(os.path.join(out_dir, 'launcher.log'), 2000)}"
-            )
-        with open(path) as f:
+        with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
             results.append(json.load(f))
     if code != 0:
         raise RankFailure(
@@ -196,6 +207,9 @@ def collect_results(
         )
     return results
 
+
+STACKS_AT_ENV = "AUTODDL_RANK_STACKS_AT"  # when (time.time()) a rank still running shows stacks
+STACKS_MARGIN_S = 5.0  # how long before the run's timeout, at most
 
 RANK0_WAIT_S = 120.0  # how long a rank waits for rank 0's control server before going on
 
@@ -218,12 +232,17 @@ def _wait_for_rank0(deadline_s: float = RANK0_WAIT_S) -> None:
 
 
 def _rank_main(out_dir: str, target: str, kwargs: Dict[str, Any]) -> int:
-    """One rank of `run_on_ranks`: stderr to rank<r>.err, the result to rank<r>.json."""
+    """One rank of `run_on_ranks`: stderr to rank<r>.err, the result to rank<r>.json. A rank
+    still running shortly before the run's timeout writes every thread's Python stack to its
+    stderr, so that a hang names where each rank waits."""
     _wait_for_rank0()
     rank = int(os.environ.get("RANK", "0"))
     err = open(os.path.join(out_dir, f"rank{rank}.err"), "w")
     os.dup2(err.fileno(), 2)
     sys.stderr = os.fdopen(2, "w", buffering=1)
+    stacks_at = os.environ.get(STACKS_AT_ENV)
+    if stacks_at:
+        faulthandler.dump_traceback_later(max(0.1, float(stacks_at) - time.time()), file=sys.stderr)
     module_name, func_name = target.split(":")
     try:
         result = getattr(importlib.import_module(module_name), func_name)(**kwargs)

@@ -1,4 +1,5 @@
-"""The rank harness: results per rank, a failing rank's stderr, timeouts that kill every child."""
+"""The rank harness: results per rank, a failing rank's stderr, timeouts that kill every child
+and show where each rank waited."""
 
 import pytest
 
@@ -15,6 +16,9 @@ def test_failing_rank_reports_its_stderr(ranks):
 @pytest.mark.ranks
 def test_timeout_kills_every_child(ranks):
     with pytest.raises(RankFailure) as err:
-        ranks("tests.ranks.rank_harness:sleep", 2, timeout=6, seconds=600)
+        ranks("tests.ranks.rank_harness:sleep", 2, timeout=10, seconds=600)
     assert "timed out" in str(err.value)
+    for rank in (0, 1):  # where each rank waited, from its stack written before the timeout
+        assert f"rank {rank}'s stderr" in str(err.value)
+    assert str(err.value).count("in sleep") == 2, str(err.value)
     assert alive_groups() == []
