@@ -15,8 +15,9 @@ Every way out of the plan is a warning that says which op and why.
 import json
 import logging
 import time
+import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Set, Union
 
 import oneflow as flow
 from oneflow.nn.graph.graph_block import GraphTensor
@@ -33,7 +34,7 @@ from ..planner import plan as make_plan
 from ..report import summary
 from ..search.executor import SERIAL
 from ..search.options import SearchOptions
-from .ranks import RankExecutor, broadcast_from_rank0
+from .ranks import RankExecutor, all_gather_bytes, broadcast_from_rank0
 
 # The other adapter modules are imported where used: `import oneflow` may come from inside
 # one of them (adapter.job reads OneFlow's protobufs), and installing this hook then must
@@ -43,8 +44,10 @@ log = logging.getLogger("oneflow_autoddl")
 
 PLANNERS = STRATEGIES + ("native",)
 _ORIGINAL_COMPILE = flow.nn.Graph._compile
-# Parameters already re-sharded by a compiled graph, by id: other graphs must keep their SBP.
-_SHARED: Dict[int, str] = {}
+# Each live graph compiled with a plan, with the ids of the parameters it re-sharded: other
+# graphs must keep their SBP. Held weakly: a graph's ids are its tensors' only while it lives
+# (it holds them), and a stale id taken by a new tensor would hold that tensor on one rank only.
+_PLACED: "weakref.WeakKeyDictionary[Any, Set[int]]" = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -134,10 +137,15 @@ def _hold(graph, ir, settings: AutoDDLConfig) -> Dict[str, str]:
         {} if graph.config.proto.enable_auto_parallel_ignore_user_sbp_config else hold_user_sbp(ir)
     )
     for name, tensor in _parameters(graph).items():
-        owner = _SHARED.get(id(tensor))
-        if owner is not None and owner != graph.name and name in ir.ops:
+        owner = _placed_by(id(tensor), graph)
+        if owner is not None and name in ir.ops:
             hold[name] = f"shared with graph {owner}, which already placed it"
     return hold
+
+
+def _placed_by(tensor_id: int, graph) -> Optional[str]:
+    """The name of the first other live graph that placed the tensor with this id, if any."""
+    return next((g.name for g, ids in _PLACED.items() if g is not graph and tensor_id in ids), None)
 
 
 def _saved(graph, ir, settings: AutoDDLConfig) -> Optional[Plan]:
@@ -174,7 +182,8 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
     per_node = launch_ranks_per_node(cluster, settings.ranks_per_node)
     args = (settings.memory_per_device, hold, per_node, settings.planner)
     cache = _cache(settings)
-    key = plan_key(ir, cluster, *args, SearchOptions()) if cache else ""
+    key = plan_key(ir, cluster, *args, SearchOptions())
+    _check_ranks_agree(key)
 
     def ready() -> Optional[dict]:
         found = _saved(graph, ir, settings)
@@ -213,6 +222,21 @@ def launch_ranks_per_node(cluster: Cluster, asked: Optional[int] = None) -> int:
     cluster that cannot describe the launch is refused, naming both)."""
     nodes = flow.env.get_node_size()
     return check_launch(cluster, nodes, flow.env.get_world_size() // nodes, asked)
+
+
+def _check_ranks_agree(key: str) -> None:
+    """PlanningFailed on every rank unless every rank is to plan the same Job with the same
+    settings (`key`, cache.plan_key): ranks that searched different problems would make
+    different numbers of collective calls and wait on each other forever."""
+    if flow.env.get_world_size() == 1:
+        return
+    keys = [k.decode() for k in all_gather_bytes(key.encode())]
+    if len(set(keys)) > 1:
+        differ = [r for r, k in enumerate(keys) if k != keys[0]]
+        raise PlanningFailed(
+            f"rank(s) {differ} would plan another Job or with other settings than rank 0 "
+            f"(their plan keys differ); give every rank the same graph and AutoDDL settings"
+        )
 
 
 def _from_rank0(fn: Callable[[], Any]) -> Any:
@@ -265,8 +289,7 @@ def _verify(graph, plan: Plan) -> None:
             len(problems),
             "; ".join(problems[:5]),
         )
-    for tensor in params.values():
-        _SHARED.setdefault(id(tensor), graph.name)
+    _PLACED[graph] = {id(tensor) for tensor in params.values()}
 
 
 def _trace(graph, build):

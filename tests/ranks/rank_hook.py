@@ -156,11 +156,25 @@ def fallbacks():
             "plan": oneflow_autoddl.plan_of(graph) is not None,
             "fallback": getattr(graph, "_autoddl_fallback", None),
         }
+    out["disagree"] = _ranks_disagree()
     out["warnings"] = records.lines
     out["shared"] = _shared_module()
     _release_together([])
     gc.enable()
     return out
+
+
+def _ranks_disagree(steps: int = 3):
+    """Rank 1 given another memory limit than rank 0: the ranks would search different problems
+    (and wait on each other in the search's collectives), so both fall back instead."""
+    dp, inputs = rank_models.build("gpt", "2", plan="dp")
+    limit = 1e9 * (1 + flow.env.get_rank())
+    graph, inputs = rank_models.build("gpt", "2", plan="autoddl", memory_per_device=limit)
+    return {
+        "dp": _train(dp, inputs, steps),
+        "losses": _train(graph, inputs, steps),
+        "fallback": getattr(graph, "_autoddl_fallback", None),
+    }
 
 
 def _shared_module(steps: int = 3):

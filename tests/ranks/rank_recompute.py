@@ -50,10 +50,6 @@ def _copies(graph, first=None):
 
 
 def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local"):
-    import faulthandler
-    import sys
-
-    faulthandler.dump_traceback_later(int(os.environ.get("DUMP_AFTER", "100000")), file=sys.stderr)
     dump_plans()
     dp_graph, inputs = models.build("gpt", mesh, plan="dp")
     dp = _train(dp_graph, inputs, steps)

@@ -11,16 +11,17 @@ CASES = [
     ["vgg", "adam", "autoddl"],
 ]
 NATIVE = [["gpt", "adam", "native"]]  # OneFlow's own pass, once: it is OneFlow's to test
-# on 2 x 2 the GPT and VGG with SGD; Adam on 2 ranks only (this module is the suite's longest,
-# ~30 s a 2 x 2 case on a quiet machine)
-CASES_2D = [CASES[0], CASES[2]]
+# on 2 x 2 the VGG with SGD: the GPT's AutoDDL plans on 2 x 2 train beside data parallel in
+# test_recompute and test_multinode, and its tight-memory search on 4 ranks sharing 2 cores took
+# ~60 s of this module's 95 s
+CASES_2D = [CASES[2]]
 
 
 @pytest.fixture(scope="module", params=[("2", 2), ("2x2", 4)], ids=["mesh2", "mesh2x2"])
 def runs(request, ranks):
     mesh, nproc = request.param
     cases = CASES + NATIVE if mesh == "2" else CASES_2D
-    return mesh, ranks("tests.ranks.rank_hook:compare", nproc, timeout=900, cases=cases, mesh=mesh)[
+    return mesh, ranks("tests.ranks.rank_hook:compare", nproc, timeout=600, cases=cases, mesh=mesh)[
         0
     ]
 
@@ -77,6 +78,13 @@ def test_invalid_saved_plan_falls_back_naming_the_op(fallbacks, who):
     assert any(r["victim"] in w for w in fallbacks["warnings"])
     assert r["plan"] is False
     np.testing.assert_allclose(r["losses"], r["good"], rtol=1e-4)
+
+
+@pytest.mark.ranks
+def test_ranks_planning_different_problems_fall_back_together(fallbacks):
+    r = fallbacks["disagree"]
+    assert "rank(s) [1] would plan another Job or with other settings" in r["fallback"]
+    np.testing.assert_allclose(r["losses"], r["dp"], rtol=1e-4)
 
 
 @pytest.mark.ranks
