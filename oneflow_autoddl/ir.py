@@ -46,6 +46,28 @@ class Placement:
                 f"placement hierarchy {self.hierarchy} does not hold {len(self.ranks)} ranks"
             )
 
+    def __reduce__(self):
+        """Pickled by its fields: the hash is this process's (str hashes are salted)."""
+        return (Placement, (self.device, self.ranks, self.hierarchy))
+
+    def __hash__(self) -> int:
+        """Hashed once: a placement of a thousand ranks keys dicts of every op."""
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.device, self.ranks, self.hierarchy))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Placement):
+            return NotImplemented
+        return hash(self) == hash(other) and (
+            (self.device, self.hierarchy, self.ranks)
+            == (other.device, other.hierarchy, other.ranks)
+        )
+
     @property
     def ndim(self) -> int:
         return len(self.hierarchy)

@@ -178,13 +178,17 @@ def search(
     and the flat seed; whether the limit bound it: the fastest plan found did not fit). A
     PlanningError where no plan can fit (search.fit.check_fits)."""
     experts = list(starts.values())
+    memory = None  # what every candidate holds when: built only when it matters
+    if all(problem.memory_of(x) > limit for x in experts):
+        memory = Memory(problem)  # no expert plan fits: first see whether any plan can
+        check_fits(problem, limit, memory)
     flat = flat_seed(problem, options, executor, held) if options.flat_seed else None
     if flat is not None:
         experts.append(flat)
     best = descend_and_refine(problem, experts, 0.0, options, executor)
     if _fits(problem, best, limit):
         return best, False
-    memory = Memory(problem)  # what every candidate holds when: built only when it matters
+    memory = memory or Memory(problem)
     check_fits(problem, limit, memory)
     return fit_memory(problem, best, limit, options, executor, memory), True
 

@@ -148,23 +148,21 @@ def megatron_roles(problem: Problem) -> Dict[str, str]:
     graph = problem.graph
     nearest: Dict[str, Set[str]] = {}
     roles: Dict[str, str] = {}
+    weights: Dict[str, str] = {}  # weight matmul -> its weight
     for op in graph.ops.values():
         if op.role != "forward":
             continue
+        weight = _weight_of(problem, op)
         ups = set()
         for ibn, lbn in op.inputs.items():
-            if ibn == "b_0" and _weight_of(problem, op):
+            if ibn == "b_0" and weight:
                 continue
             ups |= nearest.get(graph.tensor(lbn).producer, set())
-        weight = _weight_of(problem, op)
         if weight is None:
             nearest[op.name] = ups
             continue
-        roles[weight] = (
-            "row"
-            if any(roles.get(_weight_of(problem, graph.op(u)) or "") == "column" for u in ups)
-            else "column"
-        )
+        weights[op.name] = weight
+        roles[weight] = "row" if any(roles.get(weights[u]) == "column" for u in ups) else "column"
         nearest[op.name] = {op.name}
         if roles[weight] == "column":
             for consumer, _ in graph.consumers(op, "out_0"):

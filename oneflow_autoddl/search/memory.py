@@ -197,10 +197,18 @@ def by_kind_at(items: Sequence[MemoryItem], x: Sequence[int], step: int) -> Dict
 
 
 def peak_memory(problem: Problem, x: Sequence[int], order: Optional[Sequence[str]] = None) -> Peak:
-    """The peak of assignment x's timeline (cost.memory), exact where the items bound."""
-    return timeline(
+    """The peak of assignment x's timeline (cost.memory), exact where the items bound; in the
+    problem's order, computed once per assignment (the search, the planner and the report ask
+    for the same plans' peaks, each a walk over every blob)."""
+    key = tuple(x)
+    if order is None and key in problem.peaks:
+        return problem.peaks[key]
+    found = timeline(
         problem.graph, lambda name: problem.signature(name, x), problem.model, order
     ).peak()
+    if order is None:
+        problem.peaks[key] = found
+    return found
 
 
 def held_by_kind(problem: Problem, x: Sequence[int]) -> Dict[str, float]:
