@@ -131,15 +131,16 @@ def _saved_plan_with(victim_type: str, signature):
 
 
 def fallbacks():
-    """Saved plans that cannot run: refused by our check, and (check bypassed) by OneFlow itself.
-    Then a train and an eval graph sharing one module."""
+    """A saved plan that cannot run: refused by our check, and (check bypassed) by OneFlow
+    itself. Then ranks given different settings, and a train and an eval graph sharing one
+    module."""
     records = _Records()
     logging.getLogger("oneflow_autoddl").addHandler(records)
     gc.disable()  # the graphs built here are closed together at the end (_release_together)
     bad = {"a_0": "S(0)", "b_0": "S(0)", "out_0": "S(0)"}  # no such broadcast_matmul signature
     out = {}
+    good, victim, path = _saved_plan_with("broadcast_matmul", bad)
     for name, bypass in (("ours", False), ("oneflow", True)):
-        good, victim, path = _saved_plan_with("broadcast_matmul", bad)
         saved = writeback.check_signatures
         if bypass:
             writeback.check_signatures = lambda ir, plan: None
@@ -148,7 +149,6 @@ def fallbacks():
             losses = _train(graph, inputs, 3)
         finally:
             writeback.check_signatures = saved
-        os.remove(path)
         out[name] = {
             "good": good,
             "losses": losses,
@@ -156,6 +156,7 @@ def fallbacks():
             "plan": oneflow_autoddl.plan_of(graph) is not None,
             "fallback": getattr(graph, "_autoddl_fallback", None),
         }
+    os.remove(path)
     out["disagree"] = _ranks_disagree()
     out["warnings"] = records.lines
     out["shared"] = _shared_module()
