@@ -15,6 +15,7 @@ is always exact.
 """
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -152,6 +153,7 @@ class Problem:
         self._priced: Dict[float, List[np.ndarray]] = {}
         self._gathers: Dict[tuple, Gather] = {}
         self._bytes_memo: Dict[tuple, np.ndarray] = {}
+        self._sbp_of_id: List[NdSbp] = []  # the inverse of _sbp_vocab
 
     # -- variables ---------------------------------------------------------------------------
     def _make_vars(self, hold: Dict[str, str], tie: bool) -> None:
@@ -512,14 +514,46 @@ class Problem:
             key = (i, var, tuple(-1 if v == var else x[v] for v in self._vars_of[i]))
             row = self._bytes_memo.get(key)
             if row is None:
-                y = list(x)
-                row = np.empty(len(total))
-                for k in range(len(total)):
-                    y[var] = k
-                    row[k] = self._transfer_of(i, y)[0].bytes
-                self._bytes_memo[key] = row
+                row = self._bytes_memo[key] = self._bytes_row(self.ends[i], x, var)
             total += row
         return total * len(self.var_units[var])
+
+    def _bytes_row(self, ends: TensorEnds, x: Sequence[int], var: int) -> np.ndarray:
+        """The bytes of one tensor's boxings (as _tensor_transfer sums them) with `var` set to each
+        of its candidates, over SBP ids: the moves to fewer bytes weigh every candidate of every
+        variable, each through every tensor around it."""
+        domain = int(self.domain[var])
+
+        def ids(e: Endpoint) -> List[int]:
+            at = self.sbp_ids(e)
+            return at.tolist() if e.var == var else [int(at[x[e.var]])] * domain
+
+        src, dsts = ids(ends.producer), [(ids(c), c.strict) for c in ends.consumers]
+        t, p = ends.tensor, ends.producer
+        remote = self.model.remote_transfer(self.sbp_at(p, x[p.var]), t.shape, t.dtype).bytes
+        row = np.empty(domain)
+        for k in range(domain):
+            total, seen = 0.0, set()
+            for dst, strict in dsts:
+                d = dst[k]
+                if d == src[k] or d in seen:
+                    continue
+                if strict:
+                    total = math.inf
+                    break
+                seen.add(d)
+                total += self._pair_bytes(src[k], d, t)
+            for _ in range(ends.remote):
+                total += remote
+            row[k] = total
+        return row
+
+    def _pair_bytes(self, src: int, dst: int, t: Tensor) -> float:
+        """Bytes of boxing tensor t between the SBPs with these ids (Problem.sbp_ids)."""
+        if len(self._sbp_of_id) < len(self._sbp_vocab):
+            self._sbp_of_id = sorted(self._sbp_vocab, key=self._sbp_vocab.__getitem__)
+        a, b = self._sbp_of_id[src], self._sbp_of_id[dst]
+        return self.model.transfer(a, b, t.shape, t.dtype).bytes
 
     def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
         """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
