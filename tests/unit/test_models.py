@@ -2,6 +2,7 @@
 
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -167,3 +168,23 @@ def test_vgg16_shapes():
 def test_bad_sizes_are_value_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_placement_pickled_in_another_process_keys_the_same_dicts():
+    """A placement hashes once, and str hashes are salted per process: the pickle carries the
+    fields, not the hash."""
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pickle, sys; from oneflow_autoddl.ir import Placement; "
+            "p = Placement('cpu', (0, 1), (2,)); hash(p); sys.stdout.buffer.write(pickle.dumps(p))",
+        ],
+        capture_output=True,
+        env=dict(os.environ, PYTHONHASHSEED="7"),
+        check=True,
+    )
+    theirs = pickle.loads(made.stdout)
+    ours = Placement("cpu", (0, 1), (2,))
+    assert theirs == ours and {ours: 1}[theirs] == 1
+    assert Placement("cpu", (0, 1), (1, 2)) != ours

@@ -198,7 +198,8 @@ def test_factor_objective_is_the_exact_evaluation(cpu):
 
 def test_one_variable_changes_are_what_the_whole_objective_and_bytes_say(cpu):
     """Problem.change and bytes_around price a single-variable move locally (for the moves to
-    fewer bytes); on an untied graph they are the whole objective's and evaluation's differences."""
+    fewer bytes); on an untied graph they are the whole objective's and evaluation's differences,
+    and bytes_around_all's row (over SBP ids) is bytes_around at each candidate."""
     problem = Problem(residual((4,)), CostModel(cpu, (4,)), tie=False)
     rng = np.random.RandomState(1)
     free = [v for v in range(len(problem.var_units)) if problem.is_free(v)]
@@ -215,6 +216,7 @@ def test_one_variable_changes_are_what_the_whole_objective_and_bytes_say(cpu):
         assert problem.change(x, v, y[v], 0.0, Weights(latency=0.0)) == pytest.approx(
             whole, abs=1e-12
         )
+        assert problem.bytes_around_all(x, v)[y[v]] == problem.bytes_around(y, v)
         sent = problem.evaluate(y).bytes_per_device - problem.evaluate(x).bytes_per_device
         if np.isfinite(sent):
             assert problem.bytes_around(y, v) - problem.bytes_around(x, v) == pytest.approx(
