@@ -9,7 +9,7 @@ can skip the group.
 
 import heapq
 import math
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -166,16 +166,18 @@ class Program:
             total = parts[0]
             for t in parts[1:]:
                 total = total + t
-            table = np.broadcast_to(total, full)
-            kept.append(np.moveaxis(table, ax, -1))  # argmin only where read back
+            table = total if total.shape == full else np.broadcast_to(total, full)
+            kept.append((table, ax))  # argmin only where read back
             reduced = np.min(table, axis=ax)
             if out >= 0:
                 slots[out] = reduced
             else:
                 constant += float(reduced)
         choice: Dict[int, int] = {}
-        for (v, rest), table in zip(reversed(self.trace), reversed(kept)):
-            choice[v] = int(np.argmin(table[tuple(choice[u] for u in rest)]))
+        for (v, rest), (table, ax) in zip(reversed(self.trace), reversed(kept)):
+            at: List[Union[int, slice]] = [choice[u] for u in rest]
+            at.insert(ax, slice(None))
+            choice[v] = int(np.argmin(table[tuple(at)]))
         return choice, constant
 
 
