@@ -182,8 +182,10 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
     per_node = launch_ranks_per_node(cluster, settings.ranks_per_node)
     args = (settings.memory_per_device, hold, per_node, settings.planner)
     cache = _cache(settings)
-    key = plan_key(ir, cluster, *args, SearchOptions())
-    _check_ranks_agree(key)
+    several = flow.env.get_world_size() > 1
+    key = plan_key(ir, cluster, *args, SearchOptions()) if cache is not None or several else ""
+    if several:
+        _check_ranks_agree(key)
 
     def ready() -> Optional[dict]:
         found = _saved(graph, ir, settings)
@@ -228,8 +230,6 @@ def _check_ranks_agree(key: str) -> None:
     """PlanningFailed on every rank unless every rank is to plan the same Job with the same
     settings (`key`, cache.plan_key): ranks that searched different problems would make
     different numbers of collective calls and wait on each other forever."""
-    if flow.env.get_world_size() == 1:
-        return
     keys = [k.decode() for k in all_gather_bytes(key.encode())]
     if len(set(keys)) > 1:
         differ = [r for r, k in enumerate(keys) if k != keys[0]]

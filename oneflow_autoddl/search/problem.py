@@ -536,13 +536,14 @@ class Problem:
             total, seen = 0.0, set()
             for dst, strict in dsts:
                 d = dst[k]
-                if d == src[k] or d in seen:
+                if d == src[k]:
                     continue
-                if strict:
+                if strict:  # before the twins: a strict consumer's INF is never hidden
                     total = math.inf
                     break
-                seen.add(d)
-                total += self._pair_bytes(src[k], d, t)
+                if d not in seen:
+                    seen.add(d)
+                    total += self._pair_bytes(src[k], d, t)
             for _ in range(ends.remote):
                 total += remote
             row[k] = total
