@@ -108,7 +108,7 @@ def _autoddl(
     binds it and the graph has repeated blocks, also the plan with every block recomputed
     (options.recompute): the faster of the two that fit, else the one holding less."""
     x, bound = _search_within(problem, starts, limit, options, executor, held)
-    blocks = repeated_blocks(graph) if options.recompute and bound else []
+    blocks = _worth_recomputing(graph, problem, options) if bound else []
     if not blocks:
         return problem, starts, _or_raise(x), []
     log.info("the memory limit binds: also planning with %d blocks recomputed", len(blocks))
@@ -126,6 +126,18 @@ def _autoddl(
     if fitting:
         return min(fitting, key=lambda f: f[0].evaluate(f[2]).step_time)
     return min(found, key=lambda f: peak_memory(f[0], f[2]).bytes)
+
+
+def _worth_recomputing(graph: Graph, problem: Problem, options: SearchOptions) -> List[str]:
+    """The repeated blocks to plan recomputed (options.recompute): none where the device reuses
+    no memory, since a recomputed block then frees nothing and its copies add to every step
+    (oneflow_autoddl.recompute)."""
+    if not options.recompute:
+        return []
+    if not problem.model.cluster.reuses_memory:
+        log.info("the memory limit binds; recomputation frees nothing where memory is not reused")
+        return []
+    return repeated_blocks(graph)
 
 
 def _or_raise(x: Union[Assignment, PlanningError]) -> Assignment:

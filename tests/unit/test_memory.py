@@ -247,3 +247,19 @@ def test_where_no_plan_fits_the_repeated_blocks_are_recomputed():
     assert p.recompute == blocks
     assert p.predicted.peak_memory_per_device <= (redo + keep) / 2
     assert set(p.ops) | set(p.unplanned_ops) == set(g.ops)
+
+
+def test_where_memory_is_not_reused_no_recomputed_plan_is_searched(caplog):
+    """On CPU ranks nothing is freed, so recomputing a block only adds its copies: a binding limit
+    there is met (or not) without recomputation, and the log says why."""
+    from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.search.fit import Memory
+
+    g = build_gpt(2, 32, 4, 8, 64, 8, (2,))
+    cluster = load_cluster("cpu-local")
+    assert not cluster.reuses_memory
+    least = float(Memory(build_problem(g, cluster)).least().max())
+    with caplog.at_level("INFO", logger="oneflow_autoddl.planner"):
+        p = plan(g, cluster, memory_limit=least * 1.01)
+    assert p.recompute == []
+    assert "recomputation frees nothing where memory is not reused" in caplog.text
