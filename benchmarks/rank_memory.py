@@ -18,27 +18,31 @@ def predicted(graph, cluster: str):
     return plan.predicted
 
 
+def memory_row(graph, model: str, mesh: str, plan: str, cluster: str = "cpu-local") -> dict:
+    """On rank 0, for a graph compiled after dump_plans(): the predicted peak and what it is made
+    of, and per rank the bytes of OneFlow's memory blocks by category, with the error."""
+    p = predicted(graph, cluster)
+    ranks = read_memory(plan_path(graph.name))
+    measured = max(step_memory(r) for r in ranks.values())
+    return {
+        "model": model,
+        "mesh": mesh,
+        "plan": plan,
+        "predicted_bytes": p.peak_memory_per_device,
+        "predicted_by_kind": p.peak_memory_by_kind,
+        "measured_bytes": measured,
+        "measured_by_rank": {str(k): v for k, v in sorted(ranks.items())},
+        "error": p.peak_memory_per_device / measured - 1,
+    }
+
+
 def measure(mesh, models, plans, batch=8, sizes=None, cluster="cpu-local"):
-    """Per model and plan, on rank 0: the predicted peak and what it is made of, and per rank the
-    bytes of OneFlow's memory blocks by category (compile only: the blocks are allocated then)."""
+    """memory_row per model and plan, on rank 0 (compile only: the blocks are allocated then)."""
     dump_plans()
     rows = []
     for model, name in [(m, p) for m in models for p in plans]:
         graph, inputs = rank_models.build(model, mesh, plan=name, batch=batch, sizes=sizes)
         graph._compile(*inputs)
-        if flow.env.get_rank() != 0:
-            continue
-        p = predicted(graph, cluster)
-        ranks = read_memory(plan_path(graph.name))
-        rows.append(
-            {
-                "model": model,
-                "mesh": mesh,
-                "plan": name,
-                "predicted_bytes": p.peak_memory_per_device,
-                "predicted_by_kind": p.peak_memory_by_kind,
-                "measured_bytes": max(step_memory(r) for r in ranks.values()),
-                "measured_by_rank": {str(k): v for k, v in sorted(ranks.items())},
-            }
-        )
+        if flow.env.get_rank() == 0:
+            rows.append(memory_row(graph, model, mesh, name, cluster))
     return rows

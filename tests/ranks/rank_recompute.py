@@ -1,11 +1,15 @@
 """On ranks: the examples' GPT with AutoDDL's plan, then the same plan recomputing every block
-(applied by the hook through OneFlow's activation checkpointing), beside data parallel."""
+(applied by the hook through OneFlow's activation checkpointing), beside data parallel; and the
+memory each rank holds for data parallel, Megatron-style and AutoDDL plans of the GPT and VGG
+(benchmarks.rank_memory), the GPT's two graphs trained here among them."""
 
 import os
 
 import oneflow as flow
 
 import oneflow_autoddl
+from benchmarks.memory_check import PLANS
+from benchmarks.rank_memory import measure, memory_row
 from examples import models
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.plan_memory import dump_plans, plan_path, read_memory, step_memory
@@ -55,6 +59,9 @@ def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local"):
     dp = _train(dp_graph, inputs, steps)
     kept, inputs = models.build("gpt", mesh, plan="autoddl")
     kept_losses = _train(kept, inputs, steps)
+    rows = measure(mesh, ["gpt"], ["megatron"]) + measure(mesh, ["vgg"], PLANS)
+    if flow.env.get_rank() == 0:
+        rows += [memory_row(g, "gpt", mesh, p) for g, p in ((dp_graph, "dp"), (kept, "autoddl"))]
     plan = oneflow_autoddl.plan_of(kept)
     scopes = [f"model.h.{i}" for i in range(models.GPT_SIZES["layers"])]
     plan.recompute = scopes
@@ -71,6 +78,7 @@ def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local"):
         "kept": kept_losses,
         "recomputed": redone_losses,
         "fallback": getattr(redone, "_autoddl_fallback", None),
+        "memory_rows": rows,
     }
     if flow.env.get_rank() != 0 or carried is None:
         return out

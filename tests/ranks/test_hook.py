@@ -9,7 +9,7 @@ import pytest
 CASES = [["gpt", "adam", "autoddl"], ["vgg", "sgd", "autoddl"]]
 NATIVE = [["gpt", "adam", "native"]]  # OneFlow's own pass, once: it is OneFlow's to test
 # on 2 x 2 the VGG: the GPT's AutoDDL plans on 2 x 2 train beside data parallel in
-# test_recompute and test_multinode
+# test_memory and test_multinode
 CASES_2D = [CASES[1]]
 
 

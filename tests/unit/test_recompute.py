@@ -1,6 +1,6 @@
 """Activation recomputation on the planner's IR (oneflow_autoddl.recompute): the copies OneFlow's
 CheckpointingPass makes, and what they change in a plan's compute, boxing and memory. That
-OneFlow makes exactly these copies is checked on ranks (tests/ranks/test_recompute.py)."""
+OneFlow makes exactly these copies is checked on ranks (tests/ranks/test_memory.py)."""
 
 import pytest
 
