@@ -8,6 +8,11 @@
 import argparse
 
 import numpy as np
+
+# before OneFlow: each rank then waits for rank 0 to listen (launch.wait_for_rank0)
+import oneflow_autoddl  # noqa: F401
+
+# isort: split
 import oneflow as flow
 from common import TrainGraph, start, train
 from vgg_model import VGG

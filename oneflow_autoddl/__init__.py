@@ -29,7 +29,9 @@ def _install() -> None:
 
 
 class _InstallAfterOneflow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs `_install` right after `import oneflow` finishes, wherever that import happens."""
+    """Runs `_install` right after `import oneflow` finishes, wherever that import happens; on a
+    rank other than 0 of a launch, first waits for rank 0 to listen (launch.wait_for_rank0):
+    OneFlow's import finding it not yet listening sleeps 10 s."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "oneflow":
@@ -46,6 +48,9 @@ class _InstallAfterOneflow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
+        from .launch import wait_for_rank0
+
+        wait_for_rank0()
         self._loader.exec_module(module)
         _install()
 

@@ -214,11 +214,12 @@ STACKS_MARGIN_S = 5.0  # how long before the run's timeout, at most
 RANK0_WAIT_S = 120.0  # how long a rank waits for rank 0's control server before going on
 
 
-def _wait_for_rank0(deadline_s: float = RANK0_WAIT_S) -> None:
+def wait_for_rank0(deadline_s: float = RANK0_WAIT_S) -> None:
     """Return once rank 0's control server (MASTER_ADDR:MASTER_PORT) accepts connections, or
     after `deadline_s`. OneFlow 0.9.0 starts every rank at once, and a rank whose first call
     finds rank 0 not listening yet sleeps 10 s before its next (rpc_client.cpp), so each launch
-    cost 10 s more than it needed."""
+    cost 10 s more than it needed. Importing oneflow_autoddl before OneFlow calls this as OneFlow
+    is imported, on every rank of any launch (a rank of `run_on_ranks` too)."""
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if os.environ.get("RANK", "0") == "0" or not addr or not port:
         return
@@ -235,7 +236,6 @@ def _rank_main(out_dir: str, target: str, kwargs: Dict[str, Any]) -> int:
     """One rank of `run_on_ranks`: stderr to rank<r>.err, the result to rank<r>.json. A rank
     still running shortly before the run's timeout writes every thread's Python stack to its
     stderr, so that a hang names where each rank waits."""
-    _wait_for_rank0()
     rank = int(os.environ.get("RANK", "0"))
     err = open(os.path.join(out_dir, f"rank{rank}.err"), "w")
     os.dup2(err.fileno(), 2)

@@ -1,0 +1,64 @@
+"""Ranks wait for rank 0 before OneFlow starts (launch.wait_for_rank0), without OneFlow."""
+
+import socket
+import threading
+import time
+
+import oneflow_autoddl
+from oneflow_autoddl import launch
+
+
+def _listen_after(seconds: float) -> int:
+    """A port nothing listens on yet; a listener opens on it after `seconds`."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def serve():
+        time.sleep(seconds)
+        server = socket.create_server(("127.0.0.1", port))
+        server.settimeout(5.0)
+        try:
+            server.accept()[0].close()
+        finally:
+            server.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return port
+
+
+def test_a_rank_other_than_0_returns_once_rank_0_listens(monkeypatch):
+    port = _listen_after(0.5)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("RANK", "1")
+    start = time.monotonic()
+    launch.wait_for_rank0(deadline_s=10.0)
+    assert 0.4 < time.monotonic() - start < 5.0
+
+
+def test_rank_0_and_a_single_process_do_not_wait(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")  # nothing listens there
+    monkeypatch.setenv("RANK", "0")
+    start = time.monotonic()
+    launch.wait_for_rank0(deadline_s=10.0)
+    monkeypatch.delenv("MASTER_PORT")
+    monkeypatch.setenv("RANK", "1")
+    launch.wait_for_rank0(deadline_s=10.0)
+    assert time.monotonic() - start < 1.0
+
+
+def test_importing_oneflow_waits_for_rank_0_then_installs_the_hook(monkeypatch):
+    calls = []
+
+    class Loader:
+        def exec_module(self, module):
+            calls.append("oneflow imported")
+
+    monkeypatch.setattr(launch, "wait_for_rank0", lambda: calls.append("waited"))
+    monkeypatch.setattr(oneflow_autoddl, "_install", lambda: calls.append("hook installed"))
+    finder = oneflow_autoddl._InstallAfterOneflow()
+    finder._loader = Loader()
+    finder.exec_module(None)
+    assert calls == ["waited", "oneflow imported", "hook installed"]
