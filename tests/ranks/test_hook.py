@@ -4,8 +4,7 @@ compiled as planned, fallbacks that name the op, OneFlow's planner on request.""
 import numpy as np
 import pytest
 
-# Each model once, each optimizer once (the suite must stay under 10 minutes on 2 cores: a GPT
-# case's tight-memory search takes ~10 s on 2 ranks, ~30 s on 2 x 2)
+# Each model once, each optimizer once (the suite must stay under 10 minutes on 2 cores)
 CASES = [["gpt", "adam", "autoddl"], ["vgg", "sgd", "autoddl"]]
 NATIVE = [["gpt", "adam", "native"]]  # OneFlow's own pass, once: it is OneFlow's to test
 # on 2 x 2 the VGG: the GPT's AutoDDL plans on 2 x 2 train beside data parallel in
@@ -13,13 +12,22 @@ NATIVE = [["gpt", "adam", "native"]]  # OneFlow's own pass, once: it is OneFlow'
 CASES_2D = [CASES[1]]
 
 
-@pytest.fixture(scope="module", params=[("2", 2), ("2x2", 4)], ids=["mesh2", "mesh2x2"])
+@pytest.fixture(scope="module")
+def on_two(ranks):
+    """The cases on 2 ranks and, in the same launch, the fallbacks (rank_hook.fallbacks)."""
+    cases = CASES + NATIVE
+    return ranks(
+        "tests.ranks.rank_hook:compare", 2, timeout=600, cases=cases, mesh="2", with_fallbacks=True
+    )[0]
+
+
+@pytest.fixture(scope="module", params=["2", "2x2"], ids=["mesh2", "mesh2x2"])
 def runs(request, ranks):
-    mesh, nproc = request.param
-    cases = CASES + NATIVE if mesh == "2" else CASES_2D
-    return mesh, ranks("tests.ranks.rank_hook:compare", nproc, timeout=600, cases=cases, mesh=mesh)[
-        0
-    ]
+    if request.param == "2":
+        return "2", request.getfixturevalue("on_two")
+    return "2x2", ranks(
+        "tests.ranks.rank_hook:compare", 4, timeout=600, cases=CASES_2D, mesh="2x2"
+    )[0]
 
 
 @pytest.mark.ranks
@@ -28,6 +36,14 @@ def test_plugin_losses_equal_data_parallel(runs):
     for r in out["results"]:
         np.testing.assert_allclose(r["losses"], r["dp"], rtol=1e-4, err_msg=str(r["case"]))
         assert r["fallback"] is None, r
+
+
+@pytest.mark.ranks
+def test_plans_fit_the_memory_data_parallel_does_not(runs):
+    mesh, out = runs
+    for r in out["results"]:
+        if r["case"][2] == "autoddl":
+            assert r["plan"]["peak"] <= r["limit"], r["case"]
 
 
 @pytest.mark.ranks
@@ -60,8 +76,8 @@ def test_native_planner_chosen_per_graph(runs):
 
 
 @pytest.fixture(scope="module")
-def fallbacks(ranks):
-    return ranks("tests.ranks.rank_hook:fallbacks", 2, timeout=600)[0]
+def fallbacks(on_two):
+    return on_two["fallbacks"]
 
 
 @pytest.mark.ranks
