@@ -223,8 +223,6 @@ def planning_time(model: str, mesh: str, sizes=None, batch: int = 8, cluster: st
     """On the ranks of `mesh`, for one model's traced Job: OneFlow's native pass (build_graph with
     it on, minus off), AutoDDL's plan with rank 0 planning alone (the others waiting at a
     barrier), and with every rank planning together; whether the two plans are the same."""
-    import hashlib
-
     from oneflow_autoddl.adapter.ranks import RankExecutor
     from oneflow_autoddl.planner import plan
     from oneflow_autoddl.search.executor import SERIAL
@@ -237,10 +235,6 @@ def planning_time(model: str, mesh: str, sizes=None, batch: int = 8, cluster: st
         times[planner] = time.perf_counter() - start
         if planner == "dp":
             ir = read_job(job)
-
-    def digest(p) -> str:
-        items = sorted((n, sorted(e.signature.items())) for n, e in p.ops.items())
-        return hashlib.sha1(repr(items).encode()).hexdigest()
 
     flow.comm.barrier()
     start = time.perf_counter()
@@ -258,7 +252,7 @@ def planning_time(model: str, mesh: str, sizes=None, batch: int = 8, cluster: st
         "build_s": times["dp"],
         "alone_s": alone_s,
         "together_s": together_s,
-        "same_plan": alone is None or digest(alone) == digest(together),
+        "same_plan": alone is None or alone.digest() == together.digest(),
         "predicted_step_s": together.predicted.step_time_s,
         "predicted_bytes": together.predicted.bytes_per_device,
     }

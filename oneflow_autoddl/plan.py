@@ -6,6 +6,7 @@ can be given back to a graph to skip the search; `check_matches` refuses one mad
 another graph and names the first difference.
 """
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -103,6 +104,12 @@ class Plan:
 
     def variable_sbp(self, name: str) -> NdSbp:
         return parse_nd(self.variables[name])
+
+    def digest(self) -> str:
+        """A hash of every planned op's signature: plans with the same digest give every op the
+        same SBP (tests and benchmarks compare plans by it)."""
+        items = sorted((name, sorted(e.signature.items())) for name, e in self.ops.items())
+        return hashlib.sha1(repr(items).encode()).hexdigest()
 
     @property
     def mesh_shape(self):

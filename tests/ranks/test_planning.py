@@ -3,25 +3,38 @@ reads its plan from the cache, and a changed shape or cluster does not."""
 
 import pytest
 
+from tests.unit.test_pinned_plans import current
+
+CASE = "gpt@2x2"  # the examples' GPT on 2 x 2: tied layers, every objective, the flat seed
+
+
+@pytest.fixture(scope="module")
+def on_two(ranks, tmp_path_factory):
+    """CASE planned by 2 ranks together, then the cache's compiles, in one launch."""
+    directory = tmp_path_factory.mktemp("plan-cache")
+    return directory, ranks(
+        "tests.ranks.rank_planning:plan_together",
+        2,
+        timeout=600,
+        case=CASE,
+        cache_directory=str(directory),
+    )
+
 
 @pytest.mark.ranks
-def test_one_two_and_four_ranks_plan_alike(ranks):
-    """The examples' GPT on 2 x 2 (tied layers, every objective, the flat seed)."""
-    plans = {
-        n: ranks("tests.ranks.rank_planning:plan_together", n, model="gpt", mesh=[2, 2])
-        for n in (1, 2, 4)
-    }
+def test_one_two_and_four_ranks_plan_alike(ranks, on_two):
+    plans = {1: [current(CASE)], 2: on_two[1]}
+    plans[4] = ranks("tests.ranks.rank_planning:plan_together", 4, case=CASE)
     digests = {r["digest"] for rows in plans.values() for r in rows}
-    print({n: [round(r["seconds"], 2) for r in rows] for n, rows in plans.items()})
+    print({n: [round(r.get("seconds", 0.0), 2) for r in rows] for n, rows in plans.items()})
     assert len(digests) == 1, plans
 
 
 @pytest.mark.ranks
-def test_the_second_identical_compile_reads_the_cache(ranks, tmp_path):
-    first, again, other_shape, other_cluster = ranks(
-        "tests.ranks.rank_planning:cache_hits", 2, timeout=600, directory=str(tmp_path)
-    )[0]
+def test_the_second_identical_compile_reads_the_cache(on_two):
+    directory, rows = on_two
+    first, again, other_shape, other_cluster = rows[0]["cache"]
     assert not first["cached"] and again["cached"]
     assert again["digest"] == first["digest"] and again["loss"] == first["loss"]
     assert not other_shape["cached"] and not other_cluster["cached"]
-    assert len(list(tmp_path.glob("*.json"))) == 3
+    assert len(list(directory.glob("*.json"))) == 3

@@ -9,33 +9,25 @@ on purpose (a better search, a new calibration) is re-pinned with
 and the commit says how its predicted step time and bytes moved (printed by --update).
 """
 
-import hashlib
 import json
 import os
 import sys
 
 import pytest
 
-from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import plan
+from tests.graphs import MESHES, MODELS
 
 PINNED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pinned_plans.json")
-MODELS = {
-    "gpt": lambda mesh: build_gpt(2, 128, 4, 32, 256, 8, mesh=mesh, device="cpu"),
-    "gpt-512": lambda mesh: build_gpt(2, 512, 8, 32, 512, 8, mesh=mesh, device="cpu"),
-    "vgg": lambda mesh: build_vgg(16, 0.125, 32, 10, 16, mesh=mesh, device="cpu"),
-    "vgg-0.25": lambda mesh: build_vgg(16, 0.25, 32, 10, 16, mesh=mesh, device="cpu"),
-}
-MESHES = {"2": (2,), "4": (4,), "2x2": (2, 2)}
 CASES = [f"{m}@{mesh}" for m in MODELS for mesh in MESHES]
 
 
 def current(case: str) -> dict:
+    """The plan of `case` ("model@mesh") this checkout makes, in one process."""
     model, mesh = case.split("@")
     p = plan(MODELS[model](MESHES[mesh]), "cpu-local")
-    items = sorted((name, sorted(e.signature.items())) for name, e in p.ops.items())
     return {
-        "digest": hashlib.sha1(repr(items).encode()).hexdigest(),
+        "digest": p.digest(),
         "step_ms": round(p.predicted.step_time_s * 1e3, 4),
         "MiB": round(p.predicted.bytes_per_device / 2**20, 4),
     }
