@@ -220,9 +220,9 @@ def wait_for_rank0(deadline_s: float = RANK0_WAIT_S) -> None:
     finds rank 0 not listening yet sleeps 10 s before its next (rpc_client.cpp), so each launch
     cost 10 s more than it needed. Importing oneflow_autoddl before OneFlow calls this as OneFlow
     is imported, on every rank of any launch (a rank of `run_on_ranks` too)."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if os.environ.get("RANK", "0") == "0" or not addr or not port:
+    if not _a_later_rank():
         return
+    addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         try:
@@ -230,6 +230,19 @@ def wait_for_rank0(deadline_s: float = RANK0_WAIT_S) -> None:
             return
         except OSError:
             time.sleep(0.05)
+
+
+def _a_later_rank() -> bool:
+    """Whether this process is a rank other than 0 of a launch of several: OneFlow's launcher
+    sets RANK, WORLD_SIZE and MASTER_ADDR:MASTER_PORT; a lone process that imported OneFlow
+    holds RANK -1 and WORLD_SIZE 1, and the processes it starts inherit them."""
+    env = os.environ
+    if not env.get("MASTER_ADDR") or not env.get("MASTER_PORT"):
+        return False
+    try:
+        return int(env.get("RANK", "0")) > 0 and int(env.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
 
 
 def _rank_main(out_dir: str, target: str, kwargs: Dict[str, Any]) -> int:

@@ -4,6 +4,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 import oneflow_autoddl
 from oneflow_autoddl import launch
 
@@ -32,19 +34,23 @@ def test_a_rank_other_than_0_returns_once_rank_0_listens(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
     start = time.monotonic()
     launch.wait_for_rank0(deadline_s=10.0)
     assert 0.4 < time.monotonic() - start < 5.0
 
 
-def test_rank_0_and_a_single_process_do_not_wait(monkeypatch):
+@pytest.mark.parametrize(
+    "rank, world_size",
+    [("0", "2"), ("-1", "1"), ("1", "")],  # rank 0; what a lone process importing OneFlow holds
+    ids=["rank 0", "after a lone import of OneFlow", "no world size"],
+)
+def test_rank_0_and_a_single_process_do_not_wait(monkeypatch, rank, world_size):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "1")  # nothing listens there
-    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", world_size)
     start = time.monotonic()
-    launch.wait_for_rank0(deadline_s=10.0)
-    monkeypatch.delenv("MASTER_PORT")
-    monkeypatch.setenv("RANK", "1")
     launch.wait_for_rank0(deadline_s=10.0)
     assert time.monotonic() - start < 1.0
 
