@@ -32,9 +32,9 @@ from ..plan import Plan, PlanMismatch
 from ..planner import STRATEGIES, describe
 from ..planner import plan as make_plan
 from ..report import summary
-from ..search.executor import SERIAL
+from ..search.executor import SERIAL, Executor
 from ..search.options import SearchOptions
-from .ranks import RankExecutor, all_gather_bytes, broadcast_from_rank0
+from .ranks import RankExecutor, all_gather_bytes, broadcast_from_rank0, split_pays
 
 # The other adapter modules are imported where used: `import oneflow` may come from inside
 # one of them (adapter.job reads OneFlow's protobufs), and installing this hook then must
@@ -176,7 +176,8 @@ def _cache(settings: AutoDDLConfig) -> Optional[PlanCache]:
 
 def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
     """The saved plan, the cached plan (rank 0 decides, every rank takes its word), or a plan all
-    ranks search together; rank 0's is the plan every rank writes, and it is cached."""
+    ranks search together (rank 0 alone where ranks share cores: adapter.ranks.split_pays);
+    rank 0's is the plan every rank writes, and it is cached."""
     cluster = load_cluster(settings.cluster or _default_cluster(ir.main_placement().device))
     hold = _hold(graph, ir, settings)
     per_node = launch_ranks_per_node(cluster, settings.ranks_per_node)
@@ -198,17 +199,22 @@ def _obtain_plan(graph, ir, settings: AutoDDLConfig) -> Plan:
     known = _from_rank0(ready)
     if known is not None:
         return Plan.from_dict(known)
-    planned = make_plan(
-        ir,
-        cluster,
-        memory_limit=settings.memory_per_device,
-        hold=hold,
-        ranks_per_node=per_node,
-        strategy=settings.planner,
-        executor=RankExecutor() if flow.env.get_world_size() > 1 else SERIAL,
-    )
+
+    def search(executor: Executor) -> Plan:
+        return make_plan(
+            ir,
+            cluster,
+            memory_limit=settings.memory_per_device,
+            hold=hold,
+            ranks_per_node=per_node,
+            strategy=settings.planner,
+            executor=executor,
+        )
+
+    together = search(RankExecutor()) if several and split_pays() else None
 
     def shared() -> dict:
+        planned = together if together is not None else search(SERIAL)
         if cache is not None:
             try:
                 cache.put(key, planned)

@@ -7,12 +7,15 @@ fails on one rank fails the map on all of them, so no rank is left waiting in a 
 `broadcast_from_rank0` shares what only rank 0 decides (a cached or saved plan).
 """
 
+import os
 import pickle
 import traceback
 from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 import oneflow as flow
+
+from ..search.executor import ranks_have_own_cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,6 +55,16 @@ def broadcast_from_rank0(payload: Optional[bytes]) -> bytes:
     )
     flow.comm.broadcast(data, 0)
     return data.numpy().tobytes()
+
+
+def split_pays() -> bool:
+    """Whether the job's ranks should search together (search.executor.ranks_have_own_cores),
+    from every rank's machine and cores, all-gathered: every rank decides alike."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        machine = f.read().strip()
+    mine = f"{machine} {len(os.sched_getaffinity(0))}".encode()
+    ranks = [blob.decode().split() for blob in all_gather_bytes(mine)]
+    return ranks_have_own_cores([(m, int(n)) for m, n in ranks])
 
 
 class RankExecutor:

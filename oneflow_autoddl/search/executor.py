@@ -7,7 +7,8 @@ result on every rank (adapter.ranks); since a task's result depends only on the 
 the task, every rank assembles the same results in the same order, and so writes the same plan.
 """
 
-from typing import Callable, List, Protocol, Sequence, TypeVar
+from collections import Counter
+from typing import Callable, List, Protocol, Sequence, Tuple, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,3 +32,15 @@ class Serial:
 
 
 SERIAL = Serial()
+
+
+def ranks_have_own_cores(ranks: Sequence[Tuple[str, int]]) -> bool:
+    """Whether splitting the search over the job's ranks can pay: no machine runs more ranks than
+    it has cores. `ranks` holds, per rank, its machine (e.g. its boot id: emulated nodes share
+    one) and the cores it may use. Ranks that share cores and search together run the search's
+    serial steps all at once on the same cores, slower than one rank searching alone."""
+    on = Counter(machine for machine, _ in ranks)
+    cores: dict = {}
+    for machine, n in ranks:
+        cores[machine] = min(n, cores.get(machine, n))
+    return all(on[m] <= cores[m] for m in on)

@@ -17,6 +17,7 @@ from oneflow_autoddl.search import baselines
 from oneflow_autoddl.search.descend import descent, objectives
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.executor import SERIAL as HERE
+from oneflow_autoddl.search.executor import ranks_have_own_cores
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
 from oneflow_autoddl.search.fit import Memory
 from oneflow_autoddl.search.options import SearchOptions
@@ -473,3 +474,16 @@ def test_a_price_per_step_charges_each_joint_choice_what_it_holds(cpu, mesh):
         added = problem.objective(x, prices) - problem.objective(x)
         assert held * (1 - 1e-6) <= added <= (held + slack) * (1 + 1e-6), name
         assert problem.memory_cost(x, prices) == pytest.approx(added, rel=1e-6), name
+
+
+@pytest.mark.parametrize(
+    "ranks, together",
+    [
+        ([("a", 2), ("a", 2)], True),  # 2 ranks on a 2-core machine
+        ([("a", 2)] * 4, False),  # 4 ranks on 2 cores: rank 0 searches alone
+        ([("a", 2), ("a", 2), ("b", 2), ("b", 2)], True),  # 2 nodes of 2 cores, 2 ranks each
+        ([("a", 2), ("a", 2), ("a", 1)], False),  # a rank restricted to fewer cores
+    ],
+)
+def test_ranks_search_together_only_where_each_has_a_core(ranks, together):
+    assert ranks_have_own_cores(ranks) is together
