@@ -53,7 +53,7 @@ from .chains import (
     split_ones,
     step_times,
 )
-from .ranks import broadcast_from_rank0
+from .ranks import all_gather_bytes, broadcast_from_rank0, machine_id
 
 log = logging.getLogger(__name__)
 
@@ -190,13 +190,7 @@ INTER_NODE_DIVISOR = 8
 
 def _one_machine() -> bool:
     """Whether every rank runs on this machine (emulated nodes): the same boot id everywhere."""
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        mine = int(f.read().strip().replace("-", "")[:6], 16)
-    theirs = flow.tensor([float(mine)], dtype=flow.float64)
-    flow.comm.broadcast(theirs, 0)
-    differs = flow.tensor([float(theirs.item() != mine)], dtype=flow.float64)
-    flow.comm.all_reduce(differs)
-    return differs.item() == 0
+    return len(set(all_gather_bytes(machine_id().encode()))) == 1
 
 
 def _topology() -> Tuple[int, int, int, bool]:

@@ -57,12 +57,17 @@ def broadcast_from_rank0(payload: Optional[bytes]) -> bytes:
     return data.numpy().tobytes()
 
 
+def machine_id() -> str:
+    """This machine's boot id: ranks with the same one run on the same cores (emulated nodes
+    do)."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
 def split_pays() -> bool:
     """Whether the job's ranks should search together (search.executor.ranks_have_own_cores),
     from every rank's machine and cores, all-gathered: every rank decides alike."""
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        machine = f.read().strip()
-    mine = f"{machine} {len(os.sched_getaffinity(0))}".encode()
+    mine = f"{machine_id()} {len(os.sched_getaffinity(0))}".encode()
     ranks = [blob.decode().split() for blob in all_gather_bytes(mine)]
     return ranks_have_own_cores([(m, int(n)) for m, n in ranks])
 

@@ -40,7 +40,4 @@ def ranks_have_own_cores(ranks: Sequence[Tuple[str, int]]) -> bool:
     one) and the cores it may use. Ranks that share cores and search together run the search's
     serial steps all at once on the same cores, slower than one rank searching alone."""
     on = Counter(machine for machine, _ in ranks)
-    cores: dict = {}
-    for machine, n in ranks:
-        cores[machine] = min(n, cores.get(machine, n))
-    return all(on[m] <= cores[m] for m in on)
+    return all(on[machine] <= cores for machine, cores in ranks)
