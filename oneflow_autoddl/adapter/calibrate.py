@@ -14,8 +14,9 @@ on this shared machine that moved comm_overlap from 0 to 0.4 between runs, and n
   - memory bandwidth: each stage an elementwise add over arrays far larger than the caches;
   - kernel bandwidths (cost.cluster.KERNEL_KINDS): stages of the kernels OneFlow's CPU
     build runs far below that (an inner broadcast, a reduction, GELU), at a LayerNorm's size,
-    in turns with the four above; and each optimizer's update, from train steps over
-    parameters of two sizes;
+    in turns with the four above; a convolution's column pass, from 3 x 3 convolutions net of
+    their matrix products at the matmul chain's rate; and each optimizer's update, from train
+    steps over parameters of two sizes;
   - links (calibrate_links.py): each collective of cost.cluster.COLLECTIVES along a mesh axis:
     on one machine all ranks, one level (written as both); across nodes the nodes x
     ranks-per-node mesh, its axis inside the nodes (links.intra_node) and its axis across them
@@ -73,6 +74,25 @@ KERNEL_STAGES = {
 }
 
 
+# The convolution whose column pass gives the im2col rate: CONV_BATCH samples per rank of
+# CONV_CHANNELS channels, CONV_SIZE x CONV_SIZE, by a 3 x 3 kernel, padded to keep its size.
+CONV_BATCH, CONV_CHANNELS, CONV_SIZE = 8, 32, 16
+
+
+def _conv_chain(place, n: int) -> Tuple[Chain, float, float]:
+    """(the chain, FLOPs and bytes of columns of one of its stages on a rank)."""
+    c, size = CONV_CHANNELS, CONV_SIZE
+    chain = Chain(
+        Holder(
+            x=split_ones(place, CONV_BATCH * n, c, size, size),
+            w=broadcast_ones(place, c, c, 3, 3),
+        ),
+        lambda h, x: flow.nn.functional.conv2d(x, h.w, padding=1),
+    )
+    columns = CONV_BATCH * c * 9 * size * size
+    return chain, 2.0 * columns * c, 4.0 * columns
+
+
 def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
     return Chain(
         Holder(x=split_ones(place, elems), y=split_ones(place, elems)),
@@ -95,7 +115,8 @@ def _device(
     whatever its stages (starting it, fetching its output: across emulated nodes, tens of ms), so
     the cost per op is the difference between chains of 16-float adds of two lengths (the longer
     `longer` times as many ops more, so that the difference stands out of the noise), and every
-    other stage's work is its time net of a short add chain's stage, which carries that share."""
+    other stage's work is its time net of a short add chain's stage, which carries that share (a
+    convolution's column pass also net of its matrix product at the matmul chain's rate)."""
     n = flow.env.get_world_size()
     holder = Holder(
         x=split_ones(place, KERNEL_ROWS * n, KERNEL_WIDTH),
@@ -107,14 +128,16 @@ def _device(
         lambda h, x: flow.matmul(x, h.w),
     )
     kinds = list(KERNEL_STAGES)
+    conv, conv_flops, columns = _conv_chain(place, n)
     chains = [
         matmul,
         _add_chain(place, 16 * n),
         _add_chain(place, 16 * n, (1 + longer) * STAGES),
         _add_chain(place, ADD_ELEMS * n),
         Chain(holder, lambda h, x: x - h.row),
+        conv,
     ]
-    matmul_s, empty, longer_s, add, plain, *timed = (
+    matmul_s, empty, longer_s, add, plain, conv_s, *timed = (
         t / STAGES
         for t in step_times(*chains, *(Chain(holder, KERNEL_STAGES[k][0]) for k in kinds))
     )
@@ -123,8 +146,10 @@ def _device(
         kind: KERNEL_STAGES[kind][1] * array / max(t - (plain if kind == "reduce" else empty), 1e-9)
         for kind, t in zip(kinds, timed)
     }
+    flops = 2 * rows * width * width / max(matmul_s - empty, 1e-9)
+    kernels["im2col"] = columns / max(conv_s - empty - conv_flops / flops, 1e-9)
     return (
-        2 * rows * width * width / max(matmul_s - empty, 1e-9),
+        flops,
         max((longer_s - empty) / longer, 1e-9),
         3 * 4 * ADD_ELEMS / max(add - empty, 1e-9),
         kernels,
@@ -359,6 +384,8 @@ def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -
         f"from taking turns): float32 matmuls ({big // n}x{width} by {width}x{width} per rank), "
         f"elementwise adds of {ADD_ELEMS} floats (and of 16, the cost per op), on "
         f"{KERNEL_ROWS}x{KERNEL_WIDTH} floats x * ({KERNEL_ROWS}, 1), x - x.sum(0) and gelu(x), "
+        f"3x3 convolutions of {CONV_BATCH}x{CONV_CHANNELS}x{CONV_SIZE}x{CONV_SIZE} floats per "
+        "rank net of their matrix products (im2col), "
         f"train steps of SGD, momentum and Adam over {STAGES} parameters of {UPDATE_SIZES[0]} and "
         f"{UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), {levels}; the base figures of a "
         "level are its all-gather's; the matmul chain beside an all-gather chain inside a node "

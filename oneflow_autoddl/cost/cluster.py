@@ -26,6 +26,8 @@ BACKENDS = ("nccl", "oneflow-cpu")
 # LayerNorm's per-row statistics, bias_add over NCHW channels), reductions across a kept axis,
 # activations with transcendental functions, and the optimizers' updates (a scalar loop an
 # element). A cluster file may give each its own bandwidth (bytes the op reads and writes, per s).
+# `im2col` is the column pass of CPU convolutions: bytes of columns written per second, on top of
+# the op's roofline (cost.compute.column_time); a cluster that gives none has no such pass.
 KERNEL_KINDS = (
     "inner_broadcast",
     "reduce",
@@ -33,6 +35,7 @@ KERNEL_KINDS = (
     "sgd_update",
     "momentum_update",
     "adam_update",
+    "im2col",
 )
 # The collectives behind SBP transitions (cost.boxing). A link level may give any of them its
 # own bandwidth and latency: on CPU, OneFlow's boxing moves bytes at a rate that depends on the

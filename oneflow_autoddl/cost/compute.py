@@ -4,7 +4,9 @@ Time is a roofline: the larger of FLOPs / peak rate (matmul and conv families, w
 rules give their FLOPs) and bytes read + written / memory bandwidth (everything else),
 the bandwidth of the op's kernel kind where the cluster gives one (OneFlow's CPU kernels
 for inner broadcasts, reductions and GELU run far below a plain elementwise pass), plus the
-cluster's fixed cost per op.
+cluster's fixed cost per op, plus, where the cluster gives an im2col rate (CPU ranks: their
+convolutions lower to columns, a strided pass far below memory bandwidth, before or after the
+matrix product), the columns the op's rule says its kernel writes at that rate.
 Work is taken on the local shapes, so an op under B does the full, replicated work.
 Variables cost only the cost per op: their kernels move nothing.
 """
@@ -13,7 +15,7 @@ import math
 from typing import Dict, Tuple
 
 from ..ir import DTYPE_BYTES, Graph, Op
-from ..rules import OpView, get_rule, has_rule, update_of
+from ..rules import OpView, columns_of, get_rule, has_rule, update_of
 from ..sbp import NdSbp, Signature
 from .cluster import Cluster
 
@@ -65,8 +67,20 @@ def op_time(cluster: Cluster, graph: Graph, op: Op, sig: Signature) -> float:
     if rule is None or rule.flops is None:
         return cluster.op_overhead + memory_time
     dtype = graph.tensor(next(iter(op.outputs.values()))).dtype if op.outputs else "float32"
-    flops = rule.flops(op.attrs, local_shapes(graph, op, sig, hierarchy))
-    return cluster.op_overhead + max(flops / cluster.flops_for(dtype), memory_time)
+    local = local_shapes(graph, op, sig, hierarchy)
+    flops = rule.flops(op.attrs, local)
+    compute = max(flops / cluster.flops_for(dtype), memory_time)
+    return cluster.op_overhead + compute + column_time(cluster, op, local, dtype)
+
+
+def column_time(cluster: Cluster, op: Op, local: Dict[str, Tuple[int, ...]], dtype: str) -> float:
+    """Seconds the op's im2col / col2im pass takes on one device: none where its kernel writes no
+    columns or the cluster gives no im2col rate (GPU kernels compute from the image itself)."""
+    rate = cluster.kernel_bandwidth.get("im2col")
+    columns = columns_of(op)
+    if rate is None or columns is None:
+        return 0.0
+    return columns(op.attrs, local) * DTYPE_BYTES.get(dtype, 4) / rate
 
 
 def op_memory(graph: Graph, op: Op, sig: Signature) -> float:

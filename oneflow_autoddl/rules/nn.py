@@ -41,19 +41,44 @@ def _col_buffer(out_bn: str, weight_bn: str):
     return elements
 
 
+def _columns(in_bn: str, out_bn: str, weight_bn: str):
+    """Elements the CPU kernel's im2col (or col2im) pass writes over the local batch: each
+    sample's columns for every group, the input channels times the kernel area times the output's
+    spatial size (conv_kernels.cpp at v0.9.0 loops over samples and groups; 1 x 1 and depthwise
+    kernels lower to columns too)."""
+    buffer = _col_buffer(out_bn, weight_bn)
+
+    def elements(attrs, local):
+        return local[in_bn][0] * attrs.get("groups", 1) * buffer(attrs, local)
+
+    return elements
+
+
 def _bias_buffer(attrs, local):
     """conv_bias_grad's CPU buffer: a row of ones over one sample's spatial positions."""
     return _numel(local["dy_0"][2:])
 
 
-@rule("conv1d", "conv2d", "conv3d", flops=conv_flops, workspace=_col_buffer("out_0", "weight_0"))
+@rule(
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    flops=conv_flops,
+    workspace=_col_buffer("out_0", "weight_0"),
+    columns=_columns("in_0", "out_0", "weight_0"),
+)
 def conv(v):
     sig = v.all(S(0))
     sig.update({bn: B for bn in v.bns if bn.startswith(("weight", "bias"))})
     return [sig]
 
 
-@rule("conv_data_grad", flops=conv_data_grad_flops, workspace=_col_buffer("dy_0", "filter_0"))
+@rule(
+    "conv_data_grad",
+    flops=conv_data_grad_flops,
+    workspace=_col_buffer("dy_0", "filter_0"),
+    columns=_columns("dx_0", "dy_0", "filter_0"),
+)
 def conv_data_grad(v):
     sig = v.all(S(0))
     sig["filter_0"] = B
@@ -64,6 +89,7 @@ def conv_data_grad(v):
     "conv_filter_grad",
     flops=conv_filter_grad_flops,
     workspace=_col_buffer("dy_0", "filter_diff_0"),
+    columns=_columns("x_0", "dy_0", "filter_diff_0"),
 )
 def conv_filter_grad(v):
     return [{"dy_0": S(0), "x_0": S(0), "filter_diff_0": P}]

@@ -65,6 +65,10 @@ FlopsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
 # Scratch memory of one device's kernel while it runs (its `SetInferTmpSizeFn`): (op attrs, blob
 # name -> local shape) -> elements of the op's first input's dtype.
 WorkspaceFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
+# Elements one device's kernel writes in an im2col or col2im pass over its whole share of the
+# batch (CPU convolutions lower to columns and matrix products): (op attrs, blob name -> local
+# shape) -> elements of the op's first input's dtype.
+ColumnsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class Rule:
     optimizer: bool = False  # an op of the optimizer's (updates, and e.g. Adam's bias correction)
     contraction: Optional[ContractionFn] = None  # a matrix product: its dimensions and axes
     workspace: Optional[WorkspaceFn] = None  # the kernel's scratch buffer
+    columns: Optional[ColumnsFn] = None  # the kernel's im2col / col2im pass
     # False where replicating the op computes something else than splitting it does (training
     # BatchNorm's statistics are per shard): then the rule's own list is all there is.
     replicated: Union[bool, ReplicatedFn] = True
@@ -140,12 +145,14 @@ def rule(
     optimizer: bool = False,
     contraction: Optional[ContractionFn] = None,
     workspace: Optional[WorkspaceFn] = None,
+    columns: Optional[ColumnsFn] = None,
     replicated: Union[bool, ReplicatedFn] = True,
 ):
     """Register `fn` as the 1-D SBP rule of `op_types`, with what else the op means: for
     compute-bound ops their FLOPs, for slow kernels their kind, for an optimizer's update its
     blobs (whose mutable ones keep their SBP), for a matrix product its dimensions, for a kernel
-    with a scratch buffer its size, and whether replicating it computes what splitting it does."""
+    with a scratch buffer its size, for a kernel that lowers to columns the elements it writes
+    there, and whether replicating it computes what splitting it does."""
 
     def register(fn: RuleFn) -> RuleFn:
         mutable = tuple(same_sbp) + (update.mutable if update else ())
@@ -162,6 +169,7 @@ def rule(
                 optimizer or update is not None,
                 contraction,
                 workspace,
+                columns,
                 replicated,
             )
         return fn
@@ -275,6 +283,12 @@ def workspace_of(op: Op):
     """The op's scratch-buffer function (None when its kernel has none)."""
     r = _RULES.get(op.type)
     return r.workspace if r else None
+
+
+def columns_of(op: Op) -> Optional[ColumnsFn]:
+    """The op's im2col / col2im elements function (None when its kernel lowers to no columns)."""
+    r = _RULES.get(op.type)
+    return r.columns if r else None
 
 
 def same_sbp_inputs(op: Op) -> Tuple[str, ...]:
