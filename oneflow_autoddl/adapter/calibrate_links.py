@@ -133,12 +133,10 @@ def collectives(axis: MeshAxis, width: int, small: int, big: int) -> Dict[str, D
 
 def overlap(axis: MeshAxis, rows: int, width: int, latency: float) -> float:
     """The fraction of an all-gather chain's moving time along `axis` that runs hidden behind an
-    independent matmul chain, as cost.schedule uses it: there a boxing's latency holds no stream
-    on CPU (boxings wait on their peers at once) and only the moving time (less this fraction)
-    holds the compute, so the chain's latency (`latency` a message, from the all-gather's
-    calibration) and its local copies are taken out before the fraction is formed. Counted in,
-    the hidden waits alone read as overlap (0.28 and 0.40 in two calibrations on 4 ranks of 2
-    cores; this reads 0 to 0.11)."""
+    independent matmul chain, as cost.schedule uses it: the fraction of the moving time the
+    compute is free for, the waits on peers being charged apart, so the chain's latency
+    (`latency` a message, from the all-gather's calibration) and its local copies are taken out
+    before the fraction is formed."""
     holder = Holder(
         x=axis.tensor(rows, width, "S0"),
         w=axis.tensor(width, width, "B", 0.01),

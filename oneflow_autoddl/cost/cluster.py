@@ -89,9 +89,10 @@ class Cluster:
     cores_per_node: Optional[int] = None
 
     @property
-    def concurrent_boxing(self) -> bool:
-        """OneFlow's CPU boxings wait on their peers at once; NCCL collectives queue on one
-        stream."""
+    def boxing_on_cpu(self) -> bool:
+        """Whether boxing is the devices' own CPU work (OneFlow's CPU boxing: its waits on peers
+        hold the rank, boxings do not queue) rather than a stream's (NCCL's: boxings queue on
+        one stream, the compute free of them), as cost.schedule runs it."""
         return self.backend == "oneflow-cpu"
 
     @property

@@ -2,21 +2,21 @@
 
 OneFlow runs an op as soon as its inputs are there (actors, not a fixed program), and its
 boxing runs beside the compute kernels. A boxing's time is latency (its alpha terms: waiting
-on peers) and moving bytes. Measured on 4 CPU ranks sharing 2 cores (2026-12-02):
-  - moving bytes is CPU work there: a matmul chain beside an independent chain of 1 MiB
-    all-gathers takes the sum of the two (165 + 170 -> 339 ms; 172 + 663 -> 827 ms). How much
-    of it the device can compute through is the cluster's `device.comm_overlap` (`calibrate`
-    measures ~0 here; on CUDA NCCL has its own stream, the presets say 1);
-  - latency is not, and OneFlow's CPU boxings run at once (CommNet is asynchronous): 16
-    independent all-reduces of 16 KiB took 15-16 ms beyond the same graph without them, 16
-    chained ones 33-39 ms (of 1 MiB: 61-78 against 64-91, bytes dominating). On CUDA the
-    collectives of a placement queue on one NCCL stream, latency included (`concurrent` off).
+on peers) and moving bytes. How much of it the device computes through depends on where the
+boxing runs:
+  - OneFlow's CPU boxing (CommNet over sockets) is the ranks' own CPU work: moving bytes
+    holds the rank but for the cluster's `device.comm_overlap` of it (`calibrate` measures
+    ~0 on CPU ranks), and so do its waits on peers: a chain of latency-bound all-reduces
+    beside an independent matmul chain adds all its time to the matmuls' (docs/cost-model.md).
+    Boxings do not queue behind one another there (CommNet is asynchronous);
+  - NCCL collectives run on their own stream (the presets' overlap 1), one after another,
+    latency included, and the compute waits for none of it.
 So in this list schedule of one device (every device of a mesh does the same work under an
 SBP plan): a compute stream runs the ready op that comes first in the graph's order; a
-communication stream runs each boxing, first come first served, once its producer has
-finished, and the compute stream spends (1 - overlap) of the time it moves bytes on it; the
-boxing's consumers start when it has moved its bytes and its latency has passed, which with
-`concurrent` boxings holds no stream.
+communication stream runs each boxing once its producer has finished (first come first
+served where boxings queue); the compute stream spends (1 - overlap) of the time the boxing
+moves bytes on it, and its latency too where the boxing is CPU work; the boxing's consumers
+start when it has moved its bytes and its latency has passed.
 """
 
 import heapq
@@ -56,12 +56,13 @@ class Scheduler:
         ]
 
     def run(
-        self, op_compute: Mapping[str, float], boxings: Boxings, overlap: float, concurrent: bool
+        self, op_compute: Mapping[str, float], boxings: Boxings, overlap: float, on_cpu: bool
     ) -> Schedule:
         """`op_compute`: seconds per op; `boxings`: per boxed tensor, its time, its latency and the
         consumers that wait for it (the others take it as produced); `overlap`: the fraction of
-        the time a boxing moves bytes that the compute stream is free for other ops; `concurrent`:
-        whether boxings wait on their peers at once, or one after another."""
+        the time a boxing moves bytes that the compute stream is free for other ops; `on_cpu`:
+        whether boxing is the device's CPU work (its waits hold the compute stream, boxings do
+        not queue) or a stream's of its own (boxings queue, waits included, the compute free)."""
         waiting, earliest = list(self.inputs), [0.0] * len(self.names)
         pending: List[Tuple[float, int]] = [
             (0.0, i) for i, w in enumerate(waiting) if w == 0
@@ -85,10 +86,10 @@ class Scheduler:
                 seconds, latency, boxed_consumers = boxings.get(lbn, (0.0, 0.0, ()))
                 if seconds:
                     moving = seconds - latency
-                    comm_free = max(comm_free, clock) + (moving if concurrent else seconds)
-                    boxed = comm_free + latency if concurrent else comm_free
+                    comm_free = max(comm_free, clock) + (moving if on_cpu else seconds)
+                    boxed = comm_free + latency if on_cpu else comm_free
                     end = max(end, boxed)
-                    clock += (1 - overlap) * moving
+                    clock += (1 - overlap) * moving + (latency if on_cpu else 0.0)
                 for j in consumers:
                     at = boxed if seconds and self.names[j] in boxed_consumers else produced
                     if at > earliest[j]:

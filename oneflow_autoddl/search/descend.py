@@ -27,17 +27,15 @@ _PROGRAMS: "weakref.WeakKeyDictionary[Problem, dict]" = weakref.WeakKeyDictionar
 
 def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> List[Weights]:
     """What the descents minimise: `options.objectives` where given; else compute plus all of each
-    boxing one after the other, always.
-    Where boxings wait on their peers at once (OneFlow's CPU boxing, cost.schedule) a boxing's
-    latency mostly hides behind other ready work while moving its bytes holds the device, so
-    there also compute plus moving alone, and once more with moving priced double: a step of a
-    Lagrangian towards fewer bytes, for the bytes tie of search.select. On one NCCL stream
-    latencies queue, and the serial sum is the objective that sees them."""
+    boxing one after the other, always: on one NCCL stream latencies queue, and on CPU ranks a
+    boxing's waits and bytes hold the rank (cost.schedule), so the serial sum is what both
+    charge. Where boxing is CPU work there is also a descent with moving priced double: a step
+    of a Lagrangian towards fewer bytes, for the bytes tie of search.select."""
     if options is not None and options.objectives is not None:
         return list(options.objectives)
-    if not cluster.concurrent_boxing:
+    if not cluster.boxing_on_cpu:
         return [SERIAL]
-    return [SERIAL, Weights(latency=0.0), Weights(moving=2.0, latency=0.0)]
+    return [SERIAL, Weights(moving=2.0)]
 
 
 def descent(

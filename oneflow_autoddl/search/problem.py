@@ -47,9 +47,7 @@ MAX_FACTOR_VARS = 16  # numpy arrays hold at most 32 axes; elimination joins two
 @dataclass(frozen=True)
 class Weights:
     """What a second of each part of a boxing costs in a descent's objective. SERIAL adds it all
-    to compute; where boxings wait on their peers at once (cost.schedule) the latency mostly
-    hides behind other work while moving bytes holds the device, so other weights give
-    descents that see what the schedule charges."""
+    to compute; other weights give descents that price bytes or waits apart (search.descend)."""
 
     moving: float = 1.0
     latency: float = 1.0
@@ -595,7 +593,7 @@ class Problem:
                     )
         cluster = self.model.cluster
         schedule = self.scheduler.run(
-            b.op_compute, waiting, cluster.comm_overlap, cluster.concurrent_boxing
+            b.op_compute, waiting, cluster.comm_overlap, cluster.boxing_on_cpu
         )
         b.step_time, b.exposed_comm_time = schedule.step_time, schedule.exposed_comm_time
         return b

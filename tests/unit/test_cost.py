@@ -442,38 +442,36 @@ def test_gradient_boxing_overlaps_the_backward_as_far_as_the_cluster_lets_it(ove
     graph, db, da = _two_layers()
     compute = {name: 1.0 for name in graph.ops if name != "x"}
     s = Scheduler(graph).run(
-        compute, {db: (1.0, 0.0, {"ub"}), da: (1.0, 0.0, {"ua"})}, overlap, concurrent=True
+        compute, {db: (1.0, 0.0, {"ub"}), da: (1.0, 0.0, {"ua"})}, overlap, on_cpu=True
     )
     assert s.step_time == pytest.approx(step)
     assert s.exposed_comm_time == pytest.approx(step - 6)
 
 
-def test_latency_holds_no_stream():
-    """A boxing that is all latency (waiting on peers) delays its consumers only: with no
-    overlap at all, da and ub compute while db's boxing waits, and the step is the compute's.
-    Queued one after another, a boxing also waits for the one before."""
+def test_waits_hold_a_cpu_rank_but_not_a_collective_stream():
+    """A boxing that is all latency (waiting on peers): on CPU ranks the wait is the rank's work
+    and holds the compute like the bytes do (a b db 0-3, db's wait 3-4, da 4-5, its wait 5-6,
+    ub 6-7, ua 7-8); on a stream of its own it delays its consumers only (da 3-4 and ub 4-5
+    while db's wait runs 3-4, da's queued 4-5, ua 5-6: the compute's 6 s)."""
     graph, db, da = _two_layers()
     compute = {name: 1.0 for name in graph.ops if name != "x"}
     run = Scheduler(graph).run
-    assert (
-        run(
-            compute, {db: (1.0, 1.0, {"ub"}), da: (1.0, 1.0, {"ua"})}, 0.0, concurrent=True
-        ).step_time
-        == 6.0
-    )
-    # half latency: db's bytes take the compute 3-3.5, da 3.5-4.5, its bytes 4.5-5, ub 5-6, ua
-    # (boxed by 5.5) 6-7
-    assert (
-        run(
-            compute, {db: (1.0, 0.5, {"ub"}), da: (1.0, 0.5, {"ua"})}, 0.0, concurrent=True
-        ).step_time
-        == 7.0
-    )
-    # 2 s of latency each: at once, db's 3-5 and da's 4-6 (ub 5-6, ua 6-7); queued (NCCL), da's 5-7
-    # (ua 7-8)
+    waits = {db: (1.0, 1.0, {"ub"}), da: (1.0, 1.0, {"ua"})}
+    assert run(compute, waits, 0.0, on_cpu=True).step_time == 8.0
+    assert run(compute, waits, 1.0, on_cpu=True).step_time == 8.0  # overlap is of bytes only
+    assert run(compute, waits, 0.0, on_cpu=False).step_time == 6.0
+
+
+def test_boxings_queue_on_a_collective_stream_and_not_on_cpu_ranks():
+    """2 s of waiting each, the compute free of it (overlap 1): on a stream of its own db's wait
+    runs 3-5 and da's queues behind it, 5-7 (ub 5-6, ua 7-8); on CPU ranks waits do not queue,
+    but each holds the rank (db's 3-5, da 5-6, its wait 6-8, ub 8-9, ua 9-10)."""
+    graph, db, da = _two_layers()
+    compute = {name: 1.0 for name in graph.ops if name != "x"}
+    run = Scheduler(graph).run
     slow = {db: (2.0, 2.0, {"ub"}), da: (2.0, 2.0, {"ua"})}
-    assert run(compute, slow, 0.0, concurrent=True).step_time == 7.0
-    assert run(compute, slow, 0.0, concurrent=False).step_time == 8.0
+    assert run(compute, slow, 1.0, on_cpu=False).step_time == 8.0
+    assert run(compute, slow, 1.0, on_cpu=True).step_time == 10.0
 
 
 def test_the_step_time_a_plan_reports_is_the_overlapped_one():

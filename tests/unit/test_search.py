@@ -259,18 +259,22 @@ def test_what_oneflow_cannot_box_stays_infeasible_under_any_weights(cpu):
         assert np.all(table[mask] >= INFEASIBLE) and np.all(table[~mask] == 0.0)
 
 
-def test_where_boxings_wait_at_once_the_search_also_descends_without_latency(cpu):
-    """On CPU ranks OneFlow's boxings wait on their peers at once (cost.schedule): the serial sum
-    charges the examples' VGG every latency, and its descents stop at a plan slower (0.3% with
-    the committed cpu-local) that moves more bytes (1.7%) than one the schedule prefers. On one
-    NCCL stream only the serial sum is used."""
+def test_where_boxing_is_cpu_work_the_search_also_prices_bytes_double(cpu):
+    """On CPU ranks a boxing's bytes and waits hold the rank (cost.schedule), so both descents
+    minimise the serial sum, one with bytes priced double; with it the plans of the examples'
+    VGG on 4 and GPT on 2 x 2 are never slower nor move more bytes than the serial descent's
+    alone, and one of them moves fewer (the GPT with the committed cpu-local: 8.35 -> 8.10 MB a
+    step, 397 -> 390 ms). On one NCCL stream only the serial sum is used."""
     assert objectives(load_cluster("dgx-a100")) == [SERIAL]
-    assert objectives(cpu)[0] == SERIAL and Weights(latency=0.0) in objectives(cpu)
-    serial, x, _ = searched(compared_vgg(), cpu, SearchOptions(objectives=(SERIAL,)))
-    both, y, _ = searched(compared_vgg(), cpu)
-    a, b = serial.evaluate(x), both.evaluate(y)
-    assert b.step_time < a.step_time
-    assert b.bytes_per_device < a.bytes_per_device
+    assert objectives(cpu) == [SERIAL, Weights(moving=2.0)]
+    fewer = []
+    for graph in (compared_vgg(), build_gpt(2, 512, 8, 32, 512, 8, mesh=(2, 2), device="cpu")):
+        serial, x, _ = searched(graph, cpu, SearchOptions(objectives=(SERIAL,)))
+        both, y, _ = searched(graph, cpu)
+        a, b = serial.evaluate(x), both.evaluate(y)
+        assert b.step_time <= a.step_time and b.bytes_per_device <= a.bytes_per_device
+        fewer.append(b.bytes_per_device < a.bytes_per_device)
+    assert any(fewer)
 
 
 def test_plans_within_the_tie_move_fewest_bytes_but_never_lose_to_a_seed(cpu):
