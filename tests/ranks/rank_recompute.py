@@ -1,7 +1,8 @@
-"""On ranks: the examples' GPT with AutoDDL's plan, then the same plan recomputing every block
-(applied by the hook through OneFlow's activation checkpointing), beside data parallel; and the
-memory each rank holds for data parallel, Megatron-style and AutoDDL plans of the GPT and VGG
-(benchmarks.rank_memory), the GPT's two graphs trained here among them."""
+"""On ranks: the examples' GPT with AutoDDL's plan under a memory limit below data parallel's
+peak, then the same plan recomputing every block (applied by the hook through OneFlow's
+activation checkpointing), beside data parallel; and the memory each rank holds for data
+parallel, Megatron-style and AutoDDL plans of the GPT and VGG (benchmarks.rank_memory), the
+GPT's two graphs trained here among them."""
 
 import os
 
@@ -9,7 +10,7 @@ import oneflow as flow
 
 import oneflow_autoddl
 from benchmarks.memory_check import PLANS
-from benchmarks.rank_memory import measure, memory_row
+from benchmarks.rank_memory import measure, memory_row, predicted
 from examples import models
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.plan_memory import dump_plans, plan_path, read_memory, step_memory
@@ -57,7 +58,10 @@ def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local"):
     dump_plans()
     dp_graph, inputs = models.build("gpt", mesh, plan="dp")
     dp = _train(dp_graph, inputs, steps)
-    kept, inputs = models.build("gpt", mesh, plan="autoddl")
+    # below data parallel's peak, so that AutoDDL's plan shards (unlimited, on this small GPT it
+    # may be data parallel's, and recomputation is checked on sharded blocks)
+    limit = 0.9 * predicted(dp_graph, cluster).peak_memory_per_device
+    kept, inputs = models.build("gpt", mesh, plan="autoddl", memory_per_device=limit)
     kept_losses = _train(kept, inputs, steps)
     rows = measure(mesh, ["gpt"], ["megatron"]) + measure(mesh, ["vgg"], PLANS)
     if flow.env.get_rank() == 0:
