@@ -6,8 +6,8 @@ on peers) and moving bytes. How much of it the device computes through depends o
 boxing runs:
   - OneFlow's CPU boxing (CommNet over sockets) is the ranks' own CPU work: moving bytes
     holds the rank but for the cluster's `device.comm_overlap` of it (`calibrate` measures
-    ~0 on CPU ranks), and so do its waits on peers: a chain of latency-bound all-reduces
-    beside an independent matmul chain adds all its time to the matmuls' (docs/cost-model.md).
+    ~0 on CPU ranks), and so do its waits on peers: the matmuls beside a chain of
+    latency-bound all-reduces hide little or none of its time (benchmarks.cpu_waits).
     Boxings do not queue behind one another there (CommNet is asynchronous);
   - NCCL collectives run on their own stream (the presets' overlap 1), one after another,
     latency included, and the compute waits for none of it.
