@@ -14,9 +14,9 @@ on this shared machine that moved comm_overlap from 0 to 0.4 between runs, and n
   - memory bandwidth: each stage an elementwise add over arrays far larger than the caches;
   - kernel bandwidths (cost.cluster.KERNEL_KINDS): stages of the kernels OneFlow's CPU
     build runs far below that (an inner broadcast, a reduction, GELU), at a LayerNorm's size,
-    in turns with the four above; a convolution's column pass, from 3 x 3 convolutions net of
-    their matrix products at the matmul chain's rate; and each optimizer's update, from train
-    steps over parameters of two sizes;
+    in turns with the four above; a convolution's column pass and filter pass, from two 3 x 3
+    convolutions net of their matrix products at the matmul chain's rate; and each optimizer's
+    update, from train steps over parameters of two sizes;
   - links (calibrate_links.py): each collective of cost.cluster.COLLECTIVES along a mesh axis:
     on one machine all ranks, one level (written as both); across nodes the nodes x
     ranks-per-node mesh, its axis inside the nodes (links.intra_node) and its axis across them
@@ -39,6 +39,7 @@ import sys
 import time
 from typing import Any, Dict, List, Tuple
 
+import numpy as np
 import oneflow as flow
 
 from ..cost.cluster import cluster_from_json
@@ -74,23 +75,31 @@ KERNEL_STAGES = {
 }
 
 
-# The convolution whose column pass gives the im2col rate: CONV_BATCH samples per rank of
-# CONV_CHANNELS channels, CONV_SIZE x CONV_SIZE, by a 3 x 3 kernel, padded to keep its size.
-CONV_BATCH, CONV_CHANNELS, CONV_SIZE = 8, 32, 16
+# The two convolutions whose passes give the im2col and conv_filter rates, (samples per rank,
+# channels, size) by a 3 x 3 kernel padded to keep the size: one mostly columns (a large image, a
+# small filter), one mostly filter (a small image, a large filter), so the two rates solve apart.
+CONV_SHAPES = ((8, 32, 16), (4, 128, 4))
 
 
-def _conv_chain(place, n: int) -> Tuple[Chain, float, float]:
-    """(the chain, FLOPs and bytes of columns of one of its stages on a rank)."""
-    c, size = CONV_CHANNELS, CONV_SIZE
+def _conv_chain(place, n: int, batch: int, c: int, size: int) -> Tuple[Chain, float, np.ndarray]:
+    """(the chain, FLOPs of one of its stages on a rank, bytes of its columns and of its filter
+    passes), as cost.compute counts them."""
     chain = Chain(
         Holder(
-            x=split_ones(place, CONV_BATCH * n, c, size, size),
+            x=split_ones(place, batch * n, c, size, size),
             w=broadcast_ones(place, c, c, 3, 3),
         ),
         lambda h, x: flow.nn.functional.conv2d(x, h.w, padding=1),
     )
-    columns = CONV_BATCH * c * 9 * size * size
-    return chain, 2.0 * columns * c, 4.0 * columns
+    columns = batch * c * 9 * size * size
+    return chain, 2.0 * columns * c, 4.0 * np.array([columns, batch * c * c * 9])
+
+
+def _conv_rates(net: List[float], passes: List[np.ndarray]) -> Dict[str, float]:
+    """The im2col and conv_filter rates (bytes/s) that make each convolution's time net of its
+    cost per op and matrix product equal its columns and filter passes at those rates."""
+    inverse = np.linalg.solve(np.array(passes), np.array(net))
+    return {kind: 1.0 / max(x, 1e-12) for kind, x in zip(("im2col", "conv_filter"), inverse)}
 
 
 def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
@@ -116,7 +125,7 @@ def _device(
     the cost per op is the difference between chains of 16-float adds of two lengths (the longer
     `longer` times as many ops more, so that the difference stands out of the noise), and every
     other stage's work is its time net of a short add chain's stage, which carries that share (a
-    convolution's column pass also net of its matrix product at the matmul chain's rate)."""
+    convolution's passes also net of its matrix product at the matmul chain's rate)."""
     n = flow.env.get_world_size()
     holder = Holder(
         x=split_ones(place, KERNEL_ROWS * n, KERNEL_WIDTH),
@@ -128,26 +137,31 @@ def _device(
         lambda h, x: flow.matmul(x, h.w),
     )
     kinds = list(KERNEL_STAGES)
-    conv, conv_flops, columns = _conv_chain(place, n)
+    convs = [_conv_chain(place, n, *shape) for shape in CONV_SHAPES]
     chains = [
         matmul,
         _add_chain(place, 16 * n),
         _add_chain(place, 16 * n, (1 + longer) * STAGES),
         _add_chain(place, ADD_ELEMS * n),
         Chain(holder, lambda h, x: x - h.row),
-        conv,
     ]
-    matmul_s, empty, longer_s, add, plain, conv_s, *timed = (
-        t / STAGES
-        for t in step_times(*chains, *(Chain(holder, KERNEL_STAGES[k][0]) for k in kinds))
+    kind_chains = [Chain(holder, KERNEL_STAGES[k][0]) for k in kinds]
+    matmul_s, empty, longer_s, add, plain, *rest = (
+        t / STAGES for t in step_times(*chains, *(c for c, _, _ in convs), *kind_chains)
     )
+    conv_s, timed = rest[: len(convs)], rest[len(convs) :]
     array = 4 * KERNEL_ROWS * KERNEL_WIDTH
     kernels = {
         kind: KERNEL_STAGES[kind][1] * array / max(t - (plain if kind == "reduce" else empty), 1e-9)
         for kind, t in zip(kinds, timed)
     }
     flops = 2 * rows * width * width / max(matmul_s - empty, 1e-9)
-    kernels["im2col"] = columns / max(conv_s - empty - conv_flops / flops, 1e-9)
+    kernels.update(
+        _conv_rates(
+            [t - empty - conv_flops / flops for t, (_, conv_flops, _) in zip(conv_s, convs)],
+            [passes for _, _, passes in convs],
+        )
+    )
     return (
         flops,
         max((longer_s - empty) / longer, 1e-9),
@@ -384,8 +398,9 @@ def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -
         f"from taking turns): float32 matmuls ({big // n}x{width} by {width}x{width} per rank), "
         f"elementwise adds of {ADD_ELEMS} floats (and of 16, the cost per op), on "
         f"{KERNEL_ROWS}x{KERNEL_WIDTH} floats x * ({KERNEL_ROWS}, 1), x - x.sum(0) and gelu(x), "
-        f"3x3 convolutions of {CONV_BATCH}x{CONV_CHANNELS}x{CONV_SIZE}x{CONV_SIZE} floats per "
-        "rank net of their matrix products (im2col), "
+        "3x3 convolutions of "
+        + " and ".join(f"{b}x{c}x{s}x{s}" for b, c, s in CONV_SHAPES)
+        + " floats per rank net of their matrix products (im2col, conv_filter), "
         f"train steps of SGD, momentum and Adam over {STAGES} parameters of {UPDATE_SIZES[0]} and "
         f"{UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), {levels}; the base figures of a "
         "level are its all-gather's; the matmul chain beside an all-gather chain inside a node "

@@ -26,8 +26,9 @@ BACKENDS = ("nccl", "oneflow-cpu")
 # LayerNorm's per-row statistics, bias_add over NCHW channels), reductions across a kept axis,
 # activations with transcendental functions, and the optimizers' updates (a scalar loop an
 # element). A cluster file may give each its own bandwidth (bytes the op reads and writes, per s).
-# `im2col` is the column pass of CPU convolutions: bytes of columns written per second, on top of
-# the op's roofline (cost.compute.column_time); a cluster that gives none has no such pass.
+# `im2col` and `conv_filter` are the passes of CPU convolutions on top of their roofline
+# (cost.compute.pass_time): bytes of columns written per second, and bytes of the filter read per
+# second, once a sample; a cluster that gives no rate for one has no such pass.
 KERNEL_KINDS = (
     "inner_broadcast",
     "reduce",
@@ -36,6 +37,7 @@ KERNEL_KINDS = (
     "momentum_update",
     "adam_update",
     "im2col",
+    "conv_filter",
 )
 # The collectives behind SBP transitions (cost.boxing). A link level may give any of them its
 # own bandwidth and latency: on CPU, OneFlow's boxing moves bytes at a rate that depends on the

@@ -4,9 +4,10 @@ Time is a roofline: the larger of FLOPs / peak rate (matmul and conv families, w
 rules give their FLOPs) and bytes read + written / memory bandwidth (everything else),
 the bandwidth of the op's kernel kind where the cluster gives one (OneFlow's CPU kernels
 for inner broadcasts, reductions and GELU run far below a plain elementwise pass), plus the
-cluster's fixed cost per op, plus, where the cluster gives an im2col rate (CPU ranks: their
-convolutions lower to columns, a strided pass far below memory bandwidth, before or after the
-matrix product), the columns the op's rule says its kernel writes at that rate.
+cluster's fixed cost per op, plus the passes the op's rule says its kernel makes below that
+roofline, each at its kernel kind's rate where the cluster gives one (CPU ranks: a convolution
+lowers to columns, a strided pass far below memory bandwidth, and reads the filter again for
+every sample's matrix product).
 Work is taken on the local shapes, so an op under B does the full, replicated work.
 Variables cost only the cost per op: their kernels move nothing.
 """
@@ -15,7 +16,7 @@ import math
 from typing import Dict, Tuple
 
 from ..ir import DTYPE_BYTES, Graph, Op
-from ..rules import OpView, columns_of, get_rule, has_rule, update_of
+from ..rules import OpView, get_rule, has_rule, passes_of, update_of
 from ..sbp import NdSbp, Signature
 from .cluster import Cluster
 
@@ -70,17 +71,20 @@ def op_time(cluster: Cluster, graph: Graph, op: Op, sig: Signature) -> float:
     local = local_shapes(graph, op, sig, hierarchy)
     flops = rule.flops(op.attrs, local)
     compute = max(flops / cluster.flops_for(dtype), memory_time)
-    return cluster.op_overhead + compute + column_time(cluster, op, local, dtype)
+    return cluster.op_overhead + compute + pass_time(cluster, op, local, dtype)
 
 
-def column_time(cluster: Cluster, op: Op, local: Dict[str, Tuple[int, ...]], dtype: str) -> float:
-    """Seconds the op's im2col / col2im pass takes on one device: none where its kernel writes no
-    columns or the cluster gives no im2col rate (GPU kernels compute from the image itself)."""
-    rate = cluster.kernel_bandwidth.get("im2col")
-    columns = columns_of(op)
-    if rate is None or columns is None:
-        return 0.0
-    return columns(op.attrs, local) * DTYPE_BYTES.get(dtype, 4) / rate
+def pass_time(cluster: Cluster, op: Op, local: Dict[str, Tuple[int, ...]], dtype: str) -> float:
+    """Seconds the op's kernel passes below its roofline take on one device (a CPU convolution's
+    columns and filter): none for a kind the cluster gives no rate (GPU kernels compute from the
+    image itself and keep the filter in fast memory)."""
+    width = DTYPE_BYTES.get(dtype, 4)
+    total = 0.0
+    for kind, elements in passes_of(op):
+        rate = cluster.kernel_bandwidth.get(kind)
+        if rate is not None:
+            total += elements(op.attrs, local) * width / rate
+    return total
 
 
 def op_memory(graph: Graph, op: Op, sig: Signature) -> float:

@@ -12,7 +12,7 @@ data-parallel plan (its docstring says what and why): a plan never changes the m
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..ir import Graph, Op
 from ..sbp import B, NdSbp, S, Sbp, Signature, evenly_split, local_shape, product_signature
@@ -65,10 +65,11 @@ FlopsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
 # Scratch memory of one device's kernel while it runs (its `SetInferTmpSizeFn`): (op attrs, blob
 # name -> local shape) -> elements of the op's first input's dtype.
 WorkspaceFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
-# Elements one device's kernel writes in an im2col or col2im pass over its whole share of the
-# batch (CPU convolutions lower to columns and matrix products): (op attrs, blob name -> local
-# shape) -> elements of the op's first input's dtype.
-ColumnsFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
+# Elements one device's kernel passes over at a kernel kind's rate, on top of its roofline, over its
+# whole share of the batch (CPU convolutions: the columns of their im2col / col2im pass, and the
+# filter every sample's matrix product reads again): (op attrs, blob name -> local shape) ->
+# elements of the op's first input's dtype.
+PassFn = Callable[[Dict[str, Any], Dict[str, Tuple[int, ...]]], float]
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class Rule:
     optimizer: bool = False  # an op of the optimizer's (updates, and e.g. Adam's bias correction)
     contraction: Optional[ContractionFn] = None  # a matrix product: its dimensions and axes
     workspace: Optional[WorkspaceFn] = None  # the kernel's scratch buffer
-    columns: Optional[ColumnsFn] = None  # the kernel's im2col / col2im pass
+    passes: Tuple[Tuple[str, PassFn], ...] = ()  # (kernel kind, elements): passes below roofline
     # False where replicating the op computes something else than splitting it does (training
     # BatchNorm's statistics are per shard): then the rule's own list is all there is.
     replicated: Union[bool, ReplicatedFn] = True
@@ -145,14 +146,15 @@ def rule(
     optimizer: bool = False,
     contraction: Optional[ContractionFn] = None,
     workspace: Optional[WorkspaceFn] = None,
-    columns: Optional[ColumnsFn] = None,
+    passes: Optional[Mapping[str, PassFn]] = None,
     replicated: Union[bool, ReplicatedFn] = True,
 ):
     """Register `fn` as the 1-D SBP rule of `op_types`, with what else the op means: for
     compute-bound ops their FLOPs, for slow kernels their kind, for an optimizer's update its
     blobs (whose mutable ones keep their SBP), for a matrix product its dimensions, for a kernel
-    with a scratch buffer its size, for a kernel that lowers to columns the elements it writes
-    there, and whether replicating it computes what splitting it does."""
+    with a scratch buffer its size, for a kernel that passes over data below its roofline (a
+    convolution's columns and filter on CPU) the elements of each pass by kernel kind, and
+    whether replicating it computes what splitting it does."""
 
     def register(fn: RuleFn) -> RuleFn:
         mutable = tuple(same_sbp) + (update.mutable if update else ())
@@ -169,7 +171,7 @@ def rule(
                 optimizer or update is not None,
                 contraction,
                 workspace,
-                columns,
+                tuple(sorted((passes or {}).items())),
                 replicated,
             )
         return fn
@@ -285,10 +287,11 @@ def workspace_of(op: Op):
     return r.workspace if r else None
 
 
-def columns_of(op: Op) -> Optional[ColumnsFn]:
-    """The op's im2col / col2im elements function (None when its kernel lowers to no columns)."""
+def passes_of(op: Op) -> Tuple[Tuple[str, PassFn], ...]:
+    """The op's kernel passes below its roofline, (kernel kind, elements function) each (none for
+    most ops)."""
     r = _RULES.get(op.type)
-    return r.columns if r else None
+    return r.passes if r else ()
 
 
 def same_sbp_inputs(op: Op) -> Tuple[str, ...]:
