@@ -92,7 +92,7 @@ def _conv_chain(place, n: int, batch: int, c: int, size: int) -> Tuple[Chain, fl
         lambda h, x: flow.nn.functional.conv2d(x, h.w, padding=1),
     )
     columns = batch * c * 9 * size * size
-    return chain, 2.0 * columns * c, 4.0 * np.array([columns, batch * c * c * 9])
+    return chain, 2.0 * columns * c, 4.0 * np.array([columns, (batch + 1) * c * c * 9])
 
 
 def _conv_rates(net: List[float], passes: List[np.ndarray]) -> Dict[str, float]:

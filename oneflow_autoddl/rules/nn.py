@@ -55,15 +55,18 @@ def _columns(in_bn: str, out_bn: str, weight_bn: str):
 
 
 def _filter_passes(batch_bn: str, filter_bn: str):
-    """Elements of the filter the CPU kernel reads (or, for its gradient, accumulates) over the
-    local batch: conv_kernels.cpp at v0.9.0 runs one matrix product per sample and group, each
-    over its group's slice of the filter, so the whole filter is passed over once a sample. Where
-    the image is small and the filter large (deep layers of a CNN) that pass, not the FLOPs or
-    the columns, bounds the kernel: 4 samples of 128 channels at 4 x 4 took 1.5 times what their
-    FLOPs and columns give on 4 CPU ranks."""
+    """Elements of the filter the CPU kernel passes over: once a sample of the local batch, and
+    once more for the op. conv_kernels.cpp at v0.9.0 runs one matrix product per sample and
+    group, each over its group's slice of the filter, so the whole filter is read (or, for its
+    gradient, accumulated) once a sample. Where the image is small and the filter large (deep
+    layers of a CNN) that pass, not the FLOPs or the columns, bounds the kernel: 4 samples of 128
+    channels at 4 x 4 took 1.5 times what their FLOPs and columns give on 4 CPU ranks. Timed at 4
+    and 8 samples on 2 ranks (512 channels at 2 x 2, 256 at 4 x 4), a conv's time grew by what a
+    sample's pass predicts and held about one pass more at any batch: 8 samples took 1.8 times
+    4 samples' time, not 2."""
 
     def elements(attrs, local):
-        return local[batch_bn][0] * _numel(local[filter_bn])
+        return (local[batch_bn][0] + 1) * _numel(local[filter_bn])
 
     return elements
 
