@@ -171,9 +171,12 @@ def test_size_one_axes_move_nothing():
 
 # -- clusters and meshes ---------------------------------------------------------------------------
 def test_presets_load_and_state_their_sources():
+    """A preset names itself as its file does (calibrate names a cluster after its --out file,
+    and the hook's checks of a launch against the cluster quote that name)."""
     assert {"dgx-a100", "dgx-h100", "piz-daint", "cpu-local"} <= set(preset_names())
     for name in preset_names():
         c = load_cluster(name)
+        assert c.name == name
         assert c.source and c.intra.bandwidth > 0 and c.flops_for("float32") > 0
     a100 = load_cluster("dgx-a100")
     assert a100.devices_per_node == 8 and a100.inter.bandwidth == pytest.approx(25e9)
