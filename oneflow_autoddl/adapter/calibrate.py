@@ -44,6 +44,7 @@ import oneflow as flow
 
 from ..cost.cluster import cluster_from_json
 from ..errors import ClusterError
+from ..rules import get_rule
 from . import calibrate_links as links
 from .chains import (
     REPEATS,
@@ -79,11 +80,12 @@ KERNEL_STAGES = {
 # channels, size) by a 3 x 3 kernel padded to keep the size: one mostly columns (a large image, a
 # small filter), one mostly filter (a small image, a large filter), so the two rates solve apart.
 CONV_SHAPES = ((8, 32, 16), (4, 128, 4))
+CONV_KINDS = ("im2col", "conv_filter")
 
 
 def _conv_chain(place, n: int, batch: int, c: int, size: int) -> Tuple[Chain, float, np.ndarray]:
     """(the chain, FLOPs of one of its stages on a rank, bytes of its columns and of its filter
-    passes), as cost.compute counts them."""
+    passes), as conv2d's rule gives them to cost.compute."""
     chain = Chain(
         Holder(
             x=split_ones(place, batch * n, c, size, size),
@@ -91,15 +93,23 @@ def _conv_chain(place, n: int, batch: int, c: int, size: int) -> Tuple[Chain, fl
         ),
         lambda h, x: flow.nn.functional.conv2d(x, h.w, padding=1),
     )
-    columns = batch * c * 9 * size * size
-    return chain, 2.0 * columns * c, 4.0 * np.array([columns, (batch + 1) * c * c * 9])
+    conv = get_rule("conv2d")
+    attrs = {"kernel_size": [3, 3], "groups": 1}
+    local = {
+        "in_0": (batch, c, size, size),
+        "weight_0": (c, c, 3, 3),
+        "out_0": (batch, c, size, size),
+    }
+    passes = dict(conv.passes)
+    elements = [passes[kind](attrs, local) for kind in CONV_KINDS]
+    return chain, conv.flops(attrs, local), 4.0 * np.array(elements)
 
 
 def _conv_rates(net: List[float], passes: List[np.ndarray]) -> Dict[str, float]:
     """The im2col and conv_filter rates (bytes/s) that make each convolution's time net of its
     cost per op and matrix product equal its columns and filter passes at those rates."""
     inverse = np.linalg.solve(np.array(passes), np.array(net))
-    return {kind: 1.0 / max(x, 1e-12) for kind, x in zip(("im2col", "conv_filter"), inverse)}
+    return {kind: 1.0 / max(x, 1e-12) for kind, x in zip(CONV_KINDS, inverse)}
 
 
 def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:

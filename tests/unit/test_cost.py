@@ -523,6 +523,23 @@ def _conv_kit(groups: int):
     return kit.graph()
 
 
+def _pass_extras(groups: int, kind: str):
+    """Per op of _conv_kit (4 samples a device under S(0)): the seconds a pass of `kind` at 1e9
+    bytes/s adds to it with its batch split and with it replicated."""
+    g = _conv_kit(groups)
+    with_pass, without = _with_kernels(**{kind: 1e9}), _with_kernels()
+    weights = ("weight_0", "filter_0", "filter_diff_0")
+    for name in ("fw", "dx", "dw"):
+        op = g.op(name)
+        split = Signature({bn: (B,) if bn in weights else (S(0),) for bn in op.bns})
+        replicated = Signature({bn: (B,) for bn in op.bns})
+        extras = [
+            op_time(with_pass, g, op, sig) - op_time(without, g, op, sig)
+            for sig in (split, replicated)
+        ]
+        yield name, extras
+
+
 @pytest.mark.parametrize("groups", [1, 32])
 def test_cpu_convolutions_pay_their_column_pass_at_the_im2col_rate(groups):
     """OneFlow 0.9.0's CPU convolutions write every sample's columns (input channels x kernel
@@ -530,16 +547,9 @@ def test_cpu_convolutions_pay_their_column_pass_at_the_im2col_rate(groups):
     that pass ran at ~1.2 GB/s of columns against ~24 GB/s for a plain pass, and a depthwise
     conv's took 55x its FLOPs' time. Both the forward and the two gradients pay it, on the local
     batch; a cluster without an im2col rate (GPUs) has no such pass."""
-    g = _conv_kit(groups)
     columns = 4 * 32 * 9 * 16 * 16  # 4 samples a device under S(0), in floats
-    with_pass, without = _with_kernels(im2col=1e9), _with_kernels()
-    weights = ("weight_0", "filter_0", "filter_diff_0")
-    for name in ("fw", "dx", "dw"):
-        op = g.op(name)
-        split = Signature({bn: (B,) if bn in weights else (S(0),) for bn in op.bns})
-        replicated = Signature({bn: (B,) for bn in op.bns})
-        for sig, samples in ((split, 1), (replicated, 2)):
-            extra = op_time(with_pass, g, op, sig) - op_time(without, g, op, sig)
+    for name, extras in _pass_extras(groups, "im2col"):
+        for extra, samples in zip(extras, (1, 2)):
             assert extra == pytest.approx(samples * columns * 4 / 1e9), name
 
 
@@ -551,14 +561,7 @@ def test_cpu_convolutions_read_their_filter_once_a_sample_at_the_conv_filter_rat
     time). Replicating a layer on 2 devices doubles its samples' passes; on 4 CPU ranks 4 samples
     of 128 channels at 4 x 4 took 1.5 times what their FLOPs and columns give. A cluster without
     a conv_filter rate (GPUs) has no such pass."""
-    g = _conv_kit(groups)
     filter_elems = 32 * (32 // groups) * 9
-    with_pass, without = _with_kernels(conv_filter=1e9), _with_kernels()
-    weights = ("weight_0", "filter_0", "filter_diff_0")
-    for name in ("fw", "dx", "dw"):
-        op = g.op(name)
-        split = Signature({bn: (B,) if bn in weights else (S(0),) for bn in op.bns})
-        replicated = Signature({bn: (B,) for bn in op.bns})
-        for sig, passes in ((split, 4 + 1), (replicated, 8 + 1)):
-            extra = op_time(with_pass, g, op, sig) - op_time(without, g, op, sig)
+    for name, extras in _pass_extras(groups, "conv_filter"):
+        for extra, passes in zip(extras, (4 + 1, 8 + 1)):
             assert extra == pytest.approx(passes * filter_elems * 4 / 1e9), name
