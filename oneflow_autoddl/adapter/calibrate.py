@@ -107,9 +107,11 @@ def _conv_chain(place, n: int, batch: int, c: int, size: int) -> Tuple[Chain, fl
 
 def _conv_rates(net: List[float], passes: List[np.ndarray]) -> Dict[str, float]:
     """The im2col and conv_filter rates (bytes/s) that make each convolution's time net of its
-    cost per op and matrix product equal its columns and filter passes at those rates."""
+    cost per op and matrix product equal its columns and filter passes at those rates; a rate
+    lost in the noise (a solved time at or below zero) comes out above IMPLAUSIBLE, so that
+    _device_until_told measures again, as for the other figures."""
     inverse = np.linalg.solve(np.array(passes), np.array(net))
-    return {kind: 1.0 / max(x, 1e-12) for kind, x in zip(CONV_KINDS, inverse)}
+    return {kind: 1.0 / max(x, 1e-18) for kind, x in zip(CONV_KINDS, inverse)}
 
 
 def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
