@@ -17,6 +17,7 @@ from .eliminate import Factor
 from .prices import StepPrices
 
 Price = Union[float, StepPrices]
+PRICES_KEPT = 8  # priced unary tables a graph keeps, the oldest dropped first
 
 
 class FactorGraph:
@@ -50,12 +51,14 @@ class FactorGraph:
         return bool(self.domain[var] > 1)
 
     def unary(self, price: Price = 0.0) -> List[np.ndarray]:
-        """The unary tables, plus a price of memory per time step where one is given (kept per
-        price while the graph lives: a search holds a few)."""
+        """The unary tables, plus a price of memory per time step where one is given (the last
+        PRICES_KEPT prices' kept: a search that moves its prices makes many)."""
         return self._unary(price)[0]
 
     def _unary(self, price: Price) -> Tuple[List[np.ndarray], np.ndarray]:
         if price not in self._priced:
+            if len(self._priced) >= PRICES_KEPT:
+                del self._priced[next(iter(self._priced))]
             tables = self.compute
             if isinstance(price, StepPrices):
                 tables = [c + e for c, e in zip(self.compute, price.unary)]
