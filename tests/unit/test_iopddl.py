@@ -13,12 +13,10 @@ import pytest
 from benchmarks import iopddl as bench
 from oneflow_autoddl.errors import GraphError
 from oneflow_autoddl.iopddl.instance import FORBIDDEN, evaluate, parse, read
-from oneflow_autoddl.iopddl.reduce import Reduction
-from oneflow_autoddl.iopddl.solve import Usage, solve
+from oneflow_autoddl.iopddl.solve import solve
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.eliminate import Factor
 from oneflow_autoddl.search.factors import FactorGraph
-from oneflow_autoddl.search.prices import step_prices
 
 
 def _problem(costs, usages, intervals, edges, edge_costs, limit):
@@ -115,31 +113,13 @@ def test_search_honours_the_memory_intervals(seed):
     rng = random.Random(seed)
     inst = parse(_random_problem(rng, 7, 0.45))
     best = _brute_force(inst)
-    solved = solve(inst, time.monotonic() + 1.0, seed)  # 1 s: slack for a loaded machine
+    solved = solve(inst, time.monotonic() + 0.5, seed)
     if best is None:
         assert solved.solution == []
         return
     result = evaluate(inst, solved.solution)
     assert result.valid, result.problems
     assert result.cost == best == solved.cost
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_prices_per_step_in_one_pass_are_search_prices(seed):
-    """Usage.prices (one numpy pass) adds to each candidate what search.prices.step_prices adds
-    item by item, and Usage.profile is the evaluator's memory at every step."""
-    rng = random.Random(seed)
-    inst = parse(_random_problem(rng, 9, 0.5))
-    reduction = Reduction(inst)
-    usage = Usage(reduction.items, reduction.steps, reduction.graph.domain)
-    per_step = np.array([rng.random() for _ in range(reduction.steps)])
-    ours = usage.prices(per_step).unary
-    theirs = step_prices(reduction.items, list(reduction.graph.domain), per_step).unary
-    assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a, b)
-    x = [rng.randrange(int(d)) for d in reduction.graph.domain]
-    assert usage.peak(x) == evaluate(inst, reduction.expand(x)).peak
 
 
 def test_without_a_usage_limit_memory_is_free():
