@@ -276,6 +276,7 @@ def _levels(nodes: int, per_node: int, width: int, small: int, big: int):
 
 
 DEVICE_TRIES = 3  # measurements of the device before a figure lost in the noise is refused
+LENGTHEN = 4  # how many times longer the longer add chain gets after a lost cost per op
 
 
 DeviceFigures = Tuple[float, float, float, Dict[str, float]]
@@ -283,25 +284,33 @@ DeviceFigures = Tuple[float, float, float, Dict[str, float]]
 
 def _device_until_told(place, rows: int, width: int) -> DeviceFigures:
     """_device's figures, measured again (up to DEVICE_TRIES times in all) while rank 0's cost
-    per op or a rate is lost in the noise (a difference of step times at or below zero), the
-    longer add chain 8 times longer each time: a loaded machine's drift can swallow a difference
-    once and not the next time, and a rank with a core of its own runs an op in microseconds,
-    which 48 more ops do not lift out of a step's noise. Every rank measures as often as rank 0
-    says, so that their collectives stay in step."""
-    figures = _device(place, rows, width)
-    for attempt in range(1, DEVICE_TRIES):
-        if not _lost_on_rank0(figures):
+    per op or a rate is lost in the noise (a difference of step times at or below zero): a
+    loaded machine's drift can swallow a difference once and not the next time. Where the cost
+    per op was lost, the longer add chain is LENGTHEN times longer the next time (a rank with a
+    core of its own runs an op in microseconds, which 48 more ops do not lift out of a step's
+    noise); a lost rate is measured again at the same length, since the add chain does not
+    enter it, and OneFlow's CPU build crashes compiling graphs of thousands of ops. Every rank
+    measures as often as rank 0 says, so that their collectives stay in step."""
+    longer = LONGER
+    figures = _device(place, rows, width, longer)
+    for _ in range(1, DEVICE_TRIES):
+        lost = _lost_on_rank0(figures)
+        if not lost:
             break
-        longer = LONGER * 8**attempt
-        log.warning("calibrate: a device figure was lost in the noise; measuring again")
+        if lost == "the cost per op":
+            longer *= LENGTHEN
+        log.warning("calibrate: %s was lost in the noise; measuring again", lost)
         figures = _device(place, rows, width, longer)
     return figures
 
 
-def _lost_on_rank0(figures: DeviceFigures) -> bool:
+def _lost_on_rank0(figures: DeviceFigures) -> str:
+    """Which of rank 0's figures is lost in the noise ("" where none), as rank 0 says."""
     flops, overhead, membw, kernels = figures
-    lost = overhead < 1e-7 or max([flops, membw, *kernels.values()]) > IMPLAUSIBLE
-    return broadcast_from_rank0(b"1" if lost else b"0") == b"1"
+    rates = {"FLOP/s": flops, "the memory bandwidth": membw, **kernels}
+    lost = _lost(rates, overhead, "the cost per op")
+    said = broadcast_from_rank0(("!" + "".join(lost[:1])).encode()).decode()
+    return said[1:]  # the "!" keeps the payload from being empty
 
 
 def _level(collectives: Dict[str, Dict[str, float]], per_node: int) -> Dict[str, Any]:
@@ -384,8 +393,14 @@ def _unmeasured(data: Dict[str, Any]) -> List[str]:
     ):
         for kind, c in links[level]["collectives"].items():
             rates[f"links.{level}.collectives.{kind}"] = c[key]
-    bad = [name for name, rate in rates.items() if rate > IMPLAUSIBLE]
-    return bad + (["device.op_overhead"] if device["op_overhead"] < 1e-7 else [])
+    return _lost(rates, device["op_overhead"], "device.op_overhead")
+
+
+def _lost(rates: Dict[str, float], op_overhead: float, overhead_name: str) -> List[str]:
+    """The names of the figures lost in the noise: the cost per op first (at or below the 1e-9 s
+    floor, so under 0.1 us), then each rate above IMPLAUSIBLE."""
+    lost = [name for name, rate in rates.items() if rate > IMPLAUSIBLE]
+    return ([overhead_name] if op_overhead < 1e-7 else []) + lost
 
 
 def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -> str:
