@@ -16,6 +16,7 @@ sbp_infer_util.cpp, see ../shared/ONEFLOW_0.9_NOTES.md 3) and prices each hop wi
 backend's own cost: NCCL ring collectives on CUDA, OneFlow's slice boxing over sockets on CPU.
 """
 
+import functools
 import itertools
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -230,14 +231,19 @@ def _direct_cost(
     return total
 
 
-def collector_paths(costs: np.ndarray, max_middle: int) -> Dict[Tuple[int, int], List[List[int]]]:
-    """OneFlow's BoxingCollector::GenerateCombination4SamePlacement on a matrix of hop costs.
+def collector_paths(
+    costs: np.ndarray, max_middle: int, sources: Optional[Sequence[int]] = None
+) -> Dict[Tuple[int, int], List[List[int]]]:
+    """OneFlow's BoxingCollector::GenerateCombination4SamePlacement on a matrix of hop costs,
+    for the pairs from `sources` (every state by default).
 
     Middle nodes are added one at a time: a pair still infinite after m - 1 middle nodes
     takes the cheapest i -> (m - 1 middle nodes) -> k -> j with k -> j direct; every list
-    within 1e-7 of that cost is kept (the caller breaks the tie by storage).
+    within 1e-7 of that cost is kept (the caller breaks the tie by storage). A pair's lists
+    depend only on pairs from the same source, so a subset of sources costs its share.
     """
     n = len(costs)
+    rows = range(n) if sources is None else sources
     best = costs.copy()
     lists: Dict[Tuple[int, int], List[List[int]]] = {}
     for m in range(1, max_middle + 1):
@@ -250,9 +256,7 @@ def collector_paths(costs: np.ndarray, max_middle: int) -> Dict[Tuple[int, int],
                 reach[i, k] = best[i, k]
         direct_kj = np.where(np.isfinite(costs), costs, INF)
         np.fill_diagonal(direct_kj, INF)
-        todo = [
-            (i, j) for i in range(n) for j in range(n) if i != j and not np.isfinite(best[i, j])
-        ]
+        todo = [(i, j) for i in rows for j in range(n) if i != j and not np.isfinite(best[i, j])]
         for i, j in todo:
             total = reach[i, :] + direct_kj[:, j]
             total[[i, j]] = INF
@@ -321,13 +325,124 @@ def cpu_hop_supported(
     )
 
 
-class TransitionTable:
-    """Every transition between the SBPs one tensor can hold on the mesh, priced per hop.
+def route_class(shape: Sequence[int], hierarchy: Sequence[int]) -> Tuple[int, ...]:
+    """The shape as the choice of middle nodes sees it: a dimension that is a positive multiple
+    of the mesh size stands for all such. Which states are valid, which axes merge, which hops
+    OneFlow can do and which middle nodes store least (a ratio the even dimensions cancel out
+    of) are the same for every shape of one class; what each hop costs is not."""
+    world = math.prod(hierarchy)
+    return tuple(world if d > 0 and d % world == 0 else d for d in shape)
 
-    Built once per (shape, dtype). A direct transition costs one move; any other follows
-    the middle nodes OneFlow's boxing collector would insert (fewest middle nodes first,
-    cheapest by its formula, least storage on the real shape) and costs the sum of its hops.
-    """
+
+class Routes:
+    """The states and paths of every transition on one mesh for one route_class of shapes.
+
+    A direct transition is one hop; any other follows the middle nodes OneFlow's boxing
+    collector would insert (fewest middle nodes first, cheapest by its formula, least storage on
+    the shape). Only the customized collector (when the virtual table's middle nodes do not fit
+    the shape) weighs hops by the tensor's bytes: its paths are kept per byte count."""
+
+    def __init__(self, shape: Tuple[int, ...], hierarchy: Tuple[int, ...]):
+        self.shape, self.hierarchy = shape, hierarchy
+        alphabet = [B, P] + [S(i) for i in range(len(shape))]
+        self.states = [
+            st
+            for st in itertools.product(alphabet, repeat=len(hierarchy))
+            if _valid(shape, st, hierarchy)
+        ]
+        self.index = {st: i for i, st in enumerate(self.states)}
+        self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
+        self._lazy: Dict[float, np.ndarray] = {}  # the collector's hop costs, per byte count
+        self._custom: Dict[Tuple[float, int], Dict[Tuple[int, int], List[List[int]]]] = {}
+        self._supported: Dict[Tuple[NdSbp, NdSbp], bool] = {}
+
+    def _direct(self, src: NdSbp, dst: NdSbp) -> bool:
+        return oneflow_lazy_cost(src, dst, self.hierarchy, self.shape, 1.0) < INF
+
+    def _storage(self, middle: Sequence[NdSbp]) -> float:
+        total = 0.0
+        for st in middle:
+            # OneFlow's Storage4NdSbp: floored splits, so a middle node may split unevenly
+            local = local_shape(self.shape, st, self.hierarchy)
+            if local is None:
+                return INF
+            total += math.prod(local)
+        return total
+
+    def _virtual_options(self, src: NdSbp, dst: NdSbp) -> Optional[List[List[NdSbp]]]:
+        """Middle nodes from the collector's virtual table that fit the shape; None where the
+        path takes none from it (1-D, or more than 6 dimensions)."""
+        if len(self.hierarchy) != 2 or len(self.shape) > 6:
+            return None
+        index, states, lists = _virtual_table(math.prod(self.hierarchy))
+        options = [[states[k] for k in ls] for ls in lists.get((index[src], index[dst]), [])]
+        return [ls for ls in options if self._storage(ls) < INF]
+
+    def _custom_options(self, src: NdSbp, dst: NdSbp, nbytes: float) -> List[List[NdSbp]]:
+        """The customized collector's middle nodes, from `src`'s row of its table for a tensor of
+        `nbytes` (kept per source and byte count)."""
+        i = self.index[src]
+        if (nbytes, i) not in self._custom:
+            if nbytes not in self._lazy:
+                self._lazy[nbytes] = np.array(
+                    [
+                        [
+                            oneflow_lazy_cost(a, b, self.hierarchy, self.shape, nbytes)
+                            for b in self.states
+                        ]
+                        for a in self.states
+                    ]
+                )
+            self._custom[(nbytes, i)] = collector_paths(self._lazy[nbytes], 5, [i])
+        lists = self._custom[(nbytes, i)].get((i, self.index[dst]), [])
+        return [[self.states[k] for k in ls] for ls in lists]
+
+    def path(self, src: NdSbp, dst: NdSbp, nbytes: float) -> Optional[List[NdSbp]]:
+        """The n-D SBPs the transition of a tensor of `nbytes` goes through; None where OneFlow
+        has no path."""
+        if src not in self.index or dst not in self.index:
+            return None
+        key = (src, dst)
+        if key not in self._paths:
+            self._paths[key] = self._shape_path(src, dst)
+        found = self._paths[key]
+        if found is not None or len(self.hierarchy) != 2 or len(self.shape) > 6:
+            return found
+        options = self._custom_options(src, dst, nbytes)
+        return [src] + min(options, key=self._storage) + [dst] if options else None
+
+    def _shape_path(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
+        """The path where the shape alone decides it: direct, S -> P through B, or middle nodes
+        from the virtual table; None where the customized collector must decide (or none can)."""
+        if src == dst:
+            return [src]
+        if self._direct(src, dst):
+            return [src, dst]
+        if len(reduce_pair(src, dst, self.hierarchy, self.shape)) == 1:
+            return [src, (B,) * len(self.hierarchy), dst]  # S -> P: OneFlow inserts B (1-D rule)
+        options = self._virtual_options(src, dst)
+        return [src] + min(options, key=self._storage) + [dst] if options else None
+
+    def cpu_hop_supported(self, a: NdSbp, b: NdSbp) -> bool:
+        key = (a, b)
+        if key not in self._supported:
+            self._supported[key] = cpu_hop_supported(a, b, self.hierarchy, self.shape)
+        return self._supported[key]
+
+
+@functools.lru_cache(maxsize=4096)
+def _routes(shape_class: Tuple[int, ...], hierarchy: Tuple[int, ...]) -> Routes:
+    return Routes(shape_class, hierarchy)
+
+
+def routes_for(shape: Sequence[int], hierarchy: Sequence[int]) -> Routes:
+    """The Routes of `shape`'s route_class on the mesh, shared by every shape of that class."""
+    return _routes(route_class(shape, hierarchy), tuple(hierarchy))
+
+
+class TransitionTable:
+    """Every transition between the SBPs one tensor can hold on the mesh, priced per hop along
+    the path its Routes give."""
 
     def __init__(
         self,
@@ -346,80 +461,17 @@ class TransitionTable:
         )
         self.cpu_builders, self.crossing = cpu_builders, crossing
         self.hierarchy = tuple(a.size for a in axes)
-        alphabet = [B, P] + [S(i) for i in range(len(shape))]
-        self.states = [
-            st
-            for st in itertools.product(alphabet, repeat=len(axes))
-            if _valid(shape, st, self.hierarchy)
-        ]
-        self.index = {st: i for i, st in enumerate(self.states)}
-        self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
-        self._custom: Optional[Dict[Tuple[int, int], List[List[int]]]] = None
+        self.routes = routes_for(self.shape, self.hierarchy)
         self._hops: Dict[Tuple[NdSbp, NdSbp], Optional[Transfer]] = {}
 
-    def _direct(self, src: NdSbp, dst: NdSbp) -> bool:
-        return oneflow_lazy_cost(src, dst, self.hierarchy, self.shape, 1.0) < INF
-
-    def _storage(self, middle: Sequence[NdSbp]) -> float:
-        total = 0.0
-        for st in middle:
-            # OneFlow's Storage4NdSbp: floored splits, so a middle node may split unevenly
-            local = local_shape(self.shape, st, self.hierarchy)
-            if local is None:
-                return INF
-            total += math.prod(local)
-        return total
-
-    def _route(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
-        """Middle nodes from the virtual table, else from the real shape (the customized
-        collector)."""
-        if len(reduce_pair(src, dst, self.hierarchy, self.shape)) == 1:
-            return [src, (B,) * len(self.hierarchy), dst]  # S -> P: OneFlow inserts B (1-D rule)
-        if len(self.hierarchy) != 2 or len(self.shape) > 6:
-            return None
-        index, states, lists = _virtual_table(math.prod(self.hierarchy))
-        options = [[states[k] for k in ls] for ls in lists.get((index[src], index[dst]), [])]
-        options = [ls for ls in options if self._storage(ls) < INF]
-        if not options:
-            options = self._custom_options(src, dst)
-        if not options:
-            return None
-        return [src] + min(options, key=self._storage) + [dst]
-
-    def _custom_options(self, src: NdSbp, dst: NdSbp) -> List[List[NdSbp]]:
-        if self._custom is None:
-            t = self.nbytes
-            costs = np.array(
-                [
-                    [oneflow_lazy_cost(a, b, self.hierarchy, self.shape, t) for b in self.states]
-                    for a in self.states
-                ]
-            )
-            self._custom = collector_paths(costs, 5)
-        assert self._custom is not None
-        return [
-            [self.states[k] for k in ls]
-            for ls in self._custom.get((self.index[src], self.index[dst]), [])
-        ]
-
     def path(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
-        if src not in self.index or dst not in self.index:
-            return None
-        key = (src, dst)
-        if key not in self._paths:
-            if src == dst:
-                self._paths[key] = [src]
-            elif self._direct(src, dst):
-                self._paths[key] = [src, dst]
-            else:
-                self._paths[key] = self._route(src, dst)
-        return self._paths[key]
+        return self.routes.path(src, dst, self.nbytes)
 
     def _hop(self, a: NdSbp, b: NdSbp) -> Optional[Transfer]:
         """One direct move (None where the backend has no builder for it); paths share hops."""
         key = (a, b)
         if key not in self._hops:
-            if self.cpu_builders and not cpu_hop_supported(a, b, self.hierarchy, self.shape):
+            if self.cpu_builders and not self.routes.cpu_hop_supported(a, b):
                 self._hops[key] = None
             else:
                 self._hops[key] = _direct_cost(

@@ -3,10 +3,17 @@ memory."""
 
 import itertools
 import json
+import math
 
 import pytest
 
-from oneflow_autoddl.cost.boxing import MESSAGE_OVERHEAD, nccl_axis_cost, oneflow_cpu_axis_cost
+from oneflow_autoddl.cost.boxing import (
+    MESSAGE_OVERHEAD,
+    Routes,
+    nccl_axis_cost,
+    oneflow_cpu_axis_cost,
+    routes_for,
+)
 from oneflow_autoddl.cost.cluster import (
     ClusterError,
     Link,
@@ -146,6 +153,17 @@ def test_two_d_middle_nodes_are_the_ones_oneflow_chose():
     assert path == [
         parse_nd(s) for s in ("(S(0), S(1))", "(S(0), S(0))", "(S(1), S(1))", "(S(1), S(0))")
     ]
+
+
+@pytest.mark.parametrize("shape", [(8, 12), (4, 4), (16, 6, 4), (2, 8), (1024, 3)])
+def test_shapes_of_one_route_class_share_the_paths_of_their_own(shape):
+    """Paths are shared by shapes whose dimensions divide alike (boxing.route_class); every
+    transition takes the path the exact shape's own Routes give."""
+    hierarchy, nbytes = (2, 2), 4 * math.prod(shape)
+    own, shared = Routes(shape, hierarchy), routes_for(shape, hierarchy)
+    assert own.states == shared.states
+    for a, b in itertools.product(own.states, repeat=2):
+        assert own.path(a, b, nbytes) == shared.path(a, b, nbytes), (a, b)
 
 
 def test_mesh_axes_cost_their_own_links():
