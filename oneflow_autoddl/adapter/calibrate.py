@@ -277,6 +277,7 @@ def _levels(nodes: int, per_node: int, width: int, small: int, big: int):
 
 DEVICE_TRIES = 3  # measurements of the device before a figure lost in the noise is refused
 LENGTHEN = 4  # how many times longer the longer add chain gets after a lost cost per op
+COST_PER_OP = "the cost per op"  # the figure's name when rank 0 says it was lost
 
 
 DeviceFigures = Tuple[float, float, float, Dict[str, float]]
@@ -297,7 +298,7 @@ def _device_until_told(place, rows: int, width: int) -> DeviceFigures:
         lost = _lost_on_rank0(figures)
         if not lost:
             break
-        if lost == "the cost per op":
+        if lost == COST_PER_OP:
             longer *= LENGTHEN
         log.warning("calibrate: %s was lost in the noise; measuring again", lost)
         figures = _device(place, rows, width, longer)
@@ -308,7 +309,7 @@ def _lost_on_rank0(figures: DeviceFigures) -> str:
     """Which of rank 0's figures is lost in the noise ("" where none), as rank 0 says."""
     flops, overhead, membw, kernels = figures
     rates = {"FLOP/s": flops, "the memory bandwidth": membw, **kernels}
-    lost = _lost(rates, overhead, "the cost per op")
+    lost = _lost(rates, overhead, COST_PER_OP)
     said = broadcast_from_rank0(("!" + "".join(lost[:1])).encode()).decode()
     return said[1:]  # the "!" keeps the payload from being empty
 
