@@ -271,26 +271,33 @@ def collector_paths(
     return lists
 
 
-_VIRTUAL: Dict[int, tuple] = {}
+class CollectorTable:
+    """OneFlow's boxing collector over `states` under a matrix of hop costs: the middle-node lists
+    of a pair (collector_paths), each source's row solved when first asked for (a tensor's
+    transitions start from a few of the states)."""
+
+    def __init__(self, states: Sequence[NdSbp], costs: np.ndarray, max_middle: int):
+        self.states, self.costs, self.max_middle = list(states), costs, max_middle
+        self.index = {st: i for i, st in enumerate(self.states)}
+        self._rows: Dict[int, Dict[Tuple[int, int], List[List[int]]]] = {}
+
+    def lists(self, src: NdSbp, dst: NdSbp) -> List[List[NdSbp]]:
+        i = self.index[src]
+        if i not in self._rows:
+            self._rows[i] = collector_paths(self.costs, self.max_middle, [i])
+        return [[self.states[k] for k in ls] for ls in self._rows[i].get((i, self.index[dst]), [])]
 
 
-def _virtual_table(world: int):
-    """The collector's middle-node lists on its virtual [4W, 4W] mesh over S(0..5), B, P."""
-    if world not in _VIRTUAL:
-        h = 4 * world
-        vshape = (h * h,) * 6
-        t = float(h * h) ** 6
-        alphabet = [B, P] + [S(i) for i in range(6)]
-        states = list(itertools.product(alphabet, repeat=2))
-        costs = np.array(
-            [[oneflow_lazy_cost(a, b, (h, h), vshape, t) for b in states] for a in states]
-        )
-        _VIRTUAL[world] = (
-            {st: i for i, st in enumerate(states)},
-            states,
-            collector_paths(costs, 3),
-        )
-    return _VIRTUAL[world]
+@functools.lru_cache(maxsize=None)
+def virtual_table(world: int) -> CollectorTable:
+    """The collector's table on its virtual [4W, 4W] mesh over S(0..5), B, P."""
+    h = 4 * world
+    vshape = (h * h,) * 6
+    t = float(h * h) ** 6
+    alphabet = [B, P] + [S(i) for i in range(6)]
+    states = list(itertools.product(alphabet, repeat=2))
+    costs = np.array([[oneflow_lazy_cost(a, b, (h, h), vshape, t) for b in states] for a in states])
+    return CollectorTable(states, costs, 3)
 
 
 def _all_same_split(nd: NdSbp) -> bool:
@@ -352,8 +359,7 @@ class Routes:
         ]
         self.index = {st: i for i, st in enumerate(self.states)}
         self._paths: Dict[Tuple[NdSbp, NdSbp], Optional[List[NdSbp]]] = {}
-        self._lazy: Dict[float, np.ndarray] = {}  # the collector's hop costs, per byte count
-        self._custom: Dict[Tuple[float, int], Dict[Tuple[int, int], List[List[int]]]] = {}
+        self._custom: Dict[float, CollectorTable] = {}
         self._supported: Dict[Tuple[NdSbp, NdSbp], bool] = {}
 
     def _direct(self, src: NdSbp, dst: NdSbp) -> bool:
@@ -374,28 +380,24 @@ class Routes:
         path takes none from it (1-D, or more than 6 dimensions)."""
         if len(self.hierarchy) != 2 or len(self.shape) > 6:
             return None
-        index, states, lists = _virtual_table(math.prod(self.hierarchy))
-        options = [[states[k] for k in ls] for ls in lists.get((index[src], index[dst]), [])]
+        options = virtual_table(math.prod(self.hierarchy)).lists(src, dst)
         return [ls for ls in options if self._storage(ls) < INF]
 
     def _custom_options(self, src: NdSbp, dst: NdSbp, nbytes: float) -> List[List[NdSbp]]:
-        """The customized collector's middle nodes, from `src`'s row of its table for a tensor of
-        `nbytes` (kept per source and byte count)."""
-        i = self.index[src]
-        if (nbytes, i) not in self._custom:
-            if nbytes not in self._lazy:
-                self._lazy[nbytes] = np.array(
+        """The customized collector's middle nodes, its table built on the shape's states for a
+        tensor of `nbytes` (kept per byte count)."""
+        if nbytes not in self._custom:
+            costs = np.array(
+                [
                     [
-                        [
-                            oneflow_lazy_cost(a, b, self.hierarchy, self.shape, nbytes)
-                            for b in self.states
-                        ]
-                        for a in self.states
+                        oneflow_lazy_cost(a, b, self.hierarchy, self.shape, nbytes)
+                        for b in self.states
                     ]
-                )
-            self._custom[(nbytes, i)] = collector_paths(self._lazy[nbytes], 5, [i])
-        lists = self._custom[(nbytes, i)].get((i, self.index[dst]), [])
-        return [[self.states[k] for k in ls] for ls in lists]
+                    for a in self.states
+                ]
+            )
+            self._custom[nbytes] = CollectorTable(self.states, costs, 5)
+        return self._custom[nbytes].lists(src, dst)
 
     def path(self, src: NdSbp, dst: NdSbp, nbytes: float) -> Optional[List[NdSbp]]:
         """The n-D SBPs the transition of a tensor of `nbytes` goes through; None where OneFlow

@@ -10,9 +10,11 @@ import pytest
 from oneflow_autoddl.cost.boxing import (
     MESSAGE_OVERHEAD,
     Routes,
+    collector_paths,
     nccl_axis_cost,
     oneflow_cpu_axis_cost,
     routes_for,
+    virtual_table,
 )
 from oneflow_autoddl.cost.cluster import (
     ClusterError,
@@ -164,6 +166,15 @@ def test_shapes_of_one_route_class_share_the_paths_of_their_own(shape):
     assert own.states == shared.states
     for a, b in itertools.product(own.states, repeat=2):
         assert own.path(a, b, nbytes) == shared.path(a, b, nbytes), (a, b)
+
+
+def test_the_collector_solved_a_source_at_a_time_is_the_collector_solved_whole():
+    table = virtual_table(4)
+    whole = collector_paths(table.costs, table.max_middle)
+    for i, src in enumerate(table.states):
+        for j, dst in enumerate(table.states):
+            expect = [[table.states[k] for k in ls] for ls in whole.get((i, j), [])]
+            assert table.lists(src, dst) == expect, (src, dst)
 
 
 def test_mesh_axes_cost_their_own_links():
