@@ -63,6 +63,8 @@ class Scheduler:
         the time a boxing moves bytes that the compute stream is free for other ops; `on_cpu`:
         whether boxing is the device's CPU work (its waits hold the compute stream, boxings do
         not queue) or a stream's of its own (boxings queue, waits included, the compute free)."""
+        if on_cpu and overlap == 0.0:
+            return self._serial(op_compute, boxings)
         waiting, earliest = list(self.inputs), [0.0] * len(self.names)
         pending: List[Tuple[float, int]] = [
             (0.0, i) for i, w in enumerate(waiting) if w == 0
@@ -99,3 +101,17 @@ class Scheduler:
                         heapq.heappush(pending, (earliest[j], j))
         step = max(clock, end)
         return Schedule(step, step - busy, order)
+
+    def _serial(self, op_compute: Mapping[str, float], boxings: Boxings) -> Schedule:
+        """`run` where every boxing holds the rank for all of its time (CPU work, no overlap): a
+        boxing ends when the compute stream is past it, so no op waits for an input, the ops run
+        in the graph's (topological) order and the step is the sum of the compute and of the
+        boxings, added up in that order."""
+        clock = busy = 0.0
+        for i, name in enumerate(self.names):
+            spent = op_compute.get(name, 0.0)
+            clock, busy = clock + spent, busy + spent
+            for lbn, _ in self.outputs[i]:
+                seconds = boxings.get(lbn, (0.0, 0.0, ()))[0]
+                clock += seconds
+        return Schedule(clock, clock - busy, list(self.names))

@@ -4,6 +4,7 @@ memory."""
 import itertools
 import json
 import math
+import random
 
 import pytest
 
@@ -27,6 +28,7 @@ from oneflow_autoddl.cost.cluster import (
 from oneflow_autoddl.cost.compute import op_memory, op_time
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.cost.schedule import Scheduler
+from oneflow_autoddl.models import build_gpt
 from oneflow_autoddl.rules import OpView, get_rule
 from oneflow_autoddl.sbp import B, S, Signature, parse_nd
 from oneflow_autoddl.search.problem import Problem
@@ -504,6 +506,27 @@ def test_boxings_queue_on_a_collective_stream_and_not_on_cpu_ranks():
     slow = {db: (2.0, 2.0, {"ub"}), da: (2.0, 2.0, {"ua"})}
     assert run(compute, slow, 1.0, on_cpu=False).step_time == 8.0
     assert run(compute, slow, 1.0, on_cpu=True).step_time == 10.0
+
+
+def test_a_cpu_schedule_without_overlap_is_the_sum_the_list_schedule_gives():
+    """Where boxings hold the rank for all their time (CPU, overlap 0) the scheduler adds the step
+    up in the graph's order; the list schedule (which a hair of overlap takes) gives the same
+    step on the examples' GPT, with random op times and boxings."""
+    graph = build_gpt(2, 64, 4, 8, 64, 8, (2,), device="cpu")
+    rng = random.Random(0)
+    names = list(graph.ops)
+    compute = {name: rng.random() for name in names}
+    boxings = {
+        lbn: (rng.random(), rng.random() * 0.1, {c for c, _ in graph.tensor(lbn).consumers})
+        for name in names
+        for lbn in graph.op(name).outputs.values()
+        if rng.random() < 0.3
+    }
+    run = Scheduler(graph).run
+    serial, listed = run(compute, boxings, 0.0, on_cpu=True), run(compute, boxings, 1e-12, True)
+    assert serial.step_time == pytest.approx(listed.step_time, rel=1e-9)
+    assert serial.exposed_comm_time == pytest.approx(listed.exposed_comm_time, rel=1e-9)
+    assert serial.order == names
 
 
 def test_the_step_time_a_plan_reports_is_the_overlapped_one():
