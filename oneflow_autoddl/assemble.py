@@ -33,6 +33,7 @@ def assemble(
     as planned too, for describing a Job as OneFlow compiled it."""
     p, g = problem, problem.graph
     detail = p.evaluate(x)
+    comm = detail.op_comm(g)
     ops, unplanned, variables, var_shapes, var_bytes = {}, {}, {}, {}, {}
     for unit in p.units:
         for name in unit.ops:
@@ -47,7 +48,7 @@ def assemble(
                 {bn: list(g.shape(op, bn)) for bn in op.bns},
                 list(op.inputs),
                 detail.op_compute.get(name, 0.0),
-                detail.op_comm.get(name, 0.0),
+                comm.get(name, 0.0),
             )
             if op.role == "variable" and _is_parameter(problem, unit, name):
                 variables[name] = ops[name].signature["out"]

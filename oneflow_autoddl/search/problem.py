@@ -86,12 +86,21 @@ class Breakdown:
     memory_per_device: float
     op_compute: Dict[str, float] = field(default_factory=dict)
     tensor_comm: Dict[str, Transfer] = field(default_factory=dict)
-    op_comm: Dict[str, float] = field(default_factory=dict)
 
     @property
     def serial_time(self) -> float:
         """Compute and boxing one after the other: what the SERIAL objective adds up."""
         return self.compute_time + self.comm_time
+
+    def op_comm(self, graph: Graph) -> Dict[str, float]:
+        """Seconds of boxing per op: each boxed tensor's shared among all its consumers (the
+        report's split; the step's own sum does not need it)."""
+        out: Dict[str, float] = {}
+        for lbn, tr in self.tensor_comm.items():
+            consumers = graph.tensor(lbn).consumers
+            for c, _ in consumers:
+                out[c] = out.get(c, 0.0) + tr.time / max(1, len(consumers))
+        return out
 
     @property
     def inter_node_bytes_per_device(self) -> float:
@@ -131,6 +140,7 @@ class Problem:
         self._priced_tables: Dict[tuple, List[Factor]] = {}
         self.scheduler = Scheduler(graph)
         self._ends_index = self._index_ends()
+        self._op_compute_index = self._index_op_compute()
         self.factors_of: List[List[int]] = [[] for _ in self.var_units]
         for i, f in enumerate(self.factors):
             for v in set(f.vars):
@@ -572,12 +582,10 @@ class Problem:
 
     def _evaluate(self, x: Sequence[int]) -> Breakdown:
         b = Breakdown(0.0, 0.0, 0.0, 0.0, 0.0, self.memory_of(x))
-        for name in self.graph.ops:
-            u, pos = self.unit_of[name]
-            v = self.var_of_unit[u]
-            t = float(self.unit_compute[v][x[v], pos])
-            b.op_compute[name] = t
-            b.compute_time += t
+        flat, base, var, width = self._op_compute_index
+        times = flat[base + np.asarray(x, dtype=int)[var] * width].tolist()
+        b.op_compute = dict(zip(self.graph.ops, times))
+        b.compute_time = sum(times)
         waiting = {}
         for i in self._boxed_tensors(x):
             ends = self.ends[i]
@@ -587,16 +595,23 @@ class Problem:
                 waiting[ends.tensor.lbn] = (tr.time, tr.latency, boxed)
                 b.comm_time += tr.time
                 b.bytes_per_device += tr.bytes
-                for c, _ in ends.tensor.consumers:
-                    b.op_comm[c] = b.op_comm.get(c, 0.0) + tr.time / max(
-                        1, len(ends.tensor.consumers)
-                    )
         cluster = self.model.cluster
         schedule = self.scheduler.run(
             b.op_compute, waiting, cluster.comm_overlap, cluster.boxing_on_cpu
         )
         b.step_time, b.exposed_comm_time = schedule.step_time, schedule.exposed_comm_time
         return b
+
+    def _index_op_compute(self) -> Tuple[np.ndarray, ...]:
+        """(flat, base, var, width): every op's compute time under any assignment in one array, the
+        ops in the graph's order; op i's under x is flat[base[i] + x[var[i]] * width[i]]."""
+        offsets = np.cumsum([0] + [t.size for t in self.unit_compute[:-1]])
+        where = [self.unit_of[name] for name in self.graph.ops]
+        var: np.ndarray = np.array([self.var_of_unit[u] for u, _ in where], dtype=int)
+        width: np.ndarray = np.array([self.unit_compute[v].shape[1] for v in var], dtype=int)
+        base = offsets[var] + np.array([pos for _, pos in where], dtype=int)
+        flat = np.concatenate([t.ravel() for t in self.unit_compute] or [np.zeros(0)])
+        return flat, base, var, width
 
     def _index_ends(self) -> Tuple[np.ndarray, ...]:
         """Every endpoint's candidate -> SBP id table in one flat array, with where each starts and
