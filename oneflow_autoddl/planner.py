@@ -27,7 +27,7 @@ from .plan import Plan
 from .recompute import recompute_graph
 from .search import baselines
 from .search.executor import SERIAL, Executor
-from .search.fit import Memory, check_fits, descend_and_refine, fit_memory
+from .search.fit import Memory, check_fits, descend_and_pick, descend_and_refine, fit_memory
 from .search.memory import peak_memory
 from .search.options import SearchOptions
 from .search.problem import Problem, build_problem
@@ -208,8 +208,9 @@ def search(
 def flat_seed(
     problem: Problem, options: SearchOptions, executor: Executor, held: bool
 ) -> Optional[Assignment]:
-    """The best plan of the 1-D mesh of the same devices, lifted (search.seeds.flat_graph says
-    where there is one)."""
+    """The plan of the 1-D mesh of the same devices, lifted (search.seeds.flat_graph says where
+    there is one): its descents from its own seeds and their pick, no refine, since the n-D
+    search refines the lifted plan (moves to fewer bytes, polish rounds) as one of its starts."""
     graph = flat_graph(problem, held)
     if graph is None:
         return None
@@ -220,7 +221,7 @@ def flat_seed(
         tie=options.tie_layers,
         max_factor_entries=options.max_factor_entries,
     )
-    x, _ = search(flat, seeds(flat), math.inf, options, executor)
+    x = descend_and_pick(flat, list(seeds(flat).values()), options, executor)
     return lift(problem, flat, x)
 
 

@@ -92,10 +92,29 @@ def descend_and_refine(
     executor: Executor,
 ) -> Assignment:
     """The search's descend and refine steps at one price of memory."""
+    found = _descents(problem, starts, memory_weight, options, executor)
+    return refine(problem, found, starts, memory_weight, options, executor)
+
+
+def descend_and_pick(
+    problem: Problem, starts: List[Assignment], options: SearchOptions, executor: Executor
+) -> Assignment:
+    """The search's descend step and the pick of what it found and of the starts, with no refine:
+    a start for a larger search, whose own refine works on it."""
+    found = _descents(problem, starts, 0.0, options, executor)
+    return pick(problem, found + starts, 0.0, options, starts)
+
+
+def _descents(
+    problem: Problem,
+    starts: List[Assignment],
+    memory_weight: Price,
+    options: SearchOptions,
+    executor: Executor,
+) -> List[Assignment]:
     at_price = partial(sweep, problem, memory_weight=memory_weight, options=options)
     swept = executor.map(at_price, starts)
-    found = descend(problem, swept, memory_weight, options, executor)
-    return refine(problem, found, starts, memory_weight, options, executor)
+    return descend(problem, swept, memory_weight, options, executor)
 
 
 def fit_memory(
