@@ -158,6 +158,7 @@ class Problem:
                 self._tensors_of[v].append(i)
         self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
+        self._around: Dict[int, Tuple[int, ...]] = {}
         self._priced: Dict[float, List[np.ndarray]] = {}
         self._gathers: Dict[tuple, Gather] = {}
         self._bytes_memo: Dict[tuple, np.ndarray] = {}
@@ -513,6 +514,18 @@ class Problem:
         return sum(self._transfer_of(i, x)[0].bytes for i in self._tensors_of[var]) * len(
             self.var_units[var]
         )
+
+    def around(self, var: int) -> Tuple[int, ...]:
+        """The variables whose values `bytes_around_all` and `changes` of `var` read (it among
+        them): where none of them changed, neither did those."""
+        if var not in self._around:
+            near = {var}
+            for i in self._tensors_of[var]:
+                near.update(self._vars_of[i])
+            for f in self.factors_of[var]:
+                near.update(self.factors[f].vars)
+            self._around[var] = tuple(sorted(near))
+        return self._around[var]
 
     def bytes_around_all(self, x: Sequence[int], var: int) -> np.ndarray:
         """`bytes_around` with `var` set to each of its candidates in turn, memoised per tensor on

@@ -11,7 +11,7 @@ under every objective until it stays the pick (`refine`).
 import logging
 import math
 from functools import partial
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -71,36 +71,60 @@ def pick(
     return list(chosen)
 
 
+# var -> (the values of the variables around it, its candidates that save bytes, the bytes
+# each saves, the least rise of an objective each costs): what fewer_bytes found there last
+Savings = Dict[int, Tuple[Tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]]
+
+
 def fewer_bytes(
-    problem: Problem, x: Assignment, memory_weight: Price, options: SearchOptions
+    problem: Problem,
+    x: Assignment,
+    memory_weight: Price,
+    options: SearchOptions,
+    savings: Optional[Savings] = None,
 ) -> List[Assignment]:
     """x with one variable changed where that moves fewer bytes, and where some objective's
     rise is within what `pick` would pay for the bytes saved: the `byte_moves_offered` that save
     most, for `pick` to weigh exactly. The descents lower predicted time and never take a move
-    that saves bytes at a cost of microseconds, which `pick`'s tie would."""
+    that saves bytes at a cost of microseconds, which `pick`'s tie would. `savings` (at one
+    memory price) keeps each variable's savings for the next call, which recomputes only those
+    of variables with a neighbour moved."""
     p = problem
     detail = p.evaluate(x)
     price = detail.step_time / max(detail.bytes_per_device, 1.0)  # seconds per byte saved
     weights = objectives(p.model.cluster, options)
+    savings = {} if savings is None else savings
     moves = []
     for v in range(len(x)):
         if not p.is_free(v):
             continue
-        around = p.bytes_around_all(x, v)
-        with np.errstate(invalid="ignore"):  # inf - inf where a boxing OneFlow lacks: no saving
-            saved = around[x[v]] - around
-        fewer = np.flatnonzero(saved > 0)
-        if fewer.size == 0:
-            continue
-        rise = np.min([p.changes(x, v, memory_weight, w)[fewer] for w in weights], axis=0)
-        for k in fewer[rise <= saved[fewer] * price]:
-            moves.append((-float(saved[k]), v, int(k)))
+        key = tuple(x[u] for u in p.around(v))
+        if v not in savings or savings[v][0] != key:
+            savings[v] = (key, *_savings(p, x, v, memory_weight, weights))
+        _, fewer, saved, rise = savings[v]
+        for j in np.flatnonzero(rise <= saved * price):
+            moves.append((-float(saved[j]), v, int(fewer[j])))
     out = []
     for _, v, k in sorted(moves)[: options.byte_moves_offered]:
         y = list(x)
         y[v] = k
         out.append(y)
     return out
+
+
+def _savings(
+    p: Problem, x: Assignment, v: int, memory_weight: Price, weights: Sequence[Weights]
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the candidates of v that move fewer bytes than x[v], the bytes each saves, the least rise
+    of an objective each costs)."""
+    around = p.bytes_around_all(x, v)
+    with np.errstate(invalid="ignore"):  # inf - inf where a boxing OneFlow lacks: no saving
+        saved = around[x[v]] - around
+    fewer = np.flatnonzero(saved > 0)
+    if fewer.size == 0:
+        return fewer, saved[fewer], saved[fewer]
+    rise = np.min([p.changes(x, v, memory_weight, w)[fewer] for w in weights], axis=0)
+    return fewer, saved[fewer], rise
 
 
 def thinner(
@@ -113,8 +137,9 @@ def thinner(
     """`pick` of the pool; then, while `pick` takes one, of the pool and the moves to fewer bytes
     from its pick. The pool's fastest stays in, so moves add up to no more than the bytes tie."""
     best = pick(problem, pool, memory_weight, options, experts)
+    savings: Savings = {}
     for _ in range(options.byte_moves_taken):
-        offered = pool + [best] + fewer_bytes(problem, best, memory_weight, options)
+        offered = pool + [best] + fewer_bytes(problem, best, memory_weight, options, savings)
         moved = pick(problem, offered, memory_weight, options, experts)
         if moved == best:
             break
