@@ -36,6 +36,7 @@ from ..cost.memory import (
     workspace_bytes,
 )
 from ..ir import DTYPE_BYTES
+from ..sbp import NdSbp
 from .problem import Endpoint, Problem, TensorEnds
 
 
@@ -127,13 +128,7 @@ def _boxing_table(
     src = _sbp_ids(problem, p, vocab)
     dsts = [_sbp_ids(problem, c, vocab) for c in consumers]
     sbps = sorted(vocab, key=vocab.__getitem__)
-    model = problem.model
-    blobs = np.array(
-        [
-            [sum(allocated(b) for b in model.boxing_blobs(a, b, t.shape, t.dtype)) for b in sbps]
-            for a in sbps
-        ]
-    )  # [src, dst]
+    blobs = _blob_bytes(problem, tuple(sbps), t.shape, t.dtype)  # [src, dst]
     elem = DTYPE_BYTES.get(t.dtype, 4)
     hierarchy = problem.mesh.hierarchy
     grouped = np.array([allocated(state_bytes(t.shape, nd, hierarchy, elem)) for nd in sbps])
@@ -165,6 +160,24 @@ def _boxing_table(
         table = table + (blobs[s, di] + twice * grouped[di] * (di != s)) * first
         boxed = boxed | (di != s)
     return vars_, np.broadcast_to(table + copy[s] * boxed, shape).copy()
+
+
+def _blob_bytes(
+    problem: Problem, sbps: Tuple[NdSbp, ...], shape: Sequence[int], dtype: str
+) -> np.ndarray:
+    """Bytes allocated for the blobs of the boxing from each of `sbps` to each, for tensors of
+    one shape and dtype (memoised on the problem: tensors alike in shape and in the SBPs their
+    ends take share it)."""
+    key = (sbps, tuple(shape), dtype)
+    if key not in problem.blob_tables:
+        model = problem.model
+        problem.blob_tables[key] = np.array(
+            [
+                [sum(allocated(b) for b in model.boxing_blobs(a, b, shape, dtype)) for b in sbps]
+                for a in sbps
+            ]
+        )
+    return problem.blob_tables[key]
 
 
 def _sbp_ids(problem: Problem, e: Endpoint, vocab: Dict[tuple, int]) -> np.ndarray:

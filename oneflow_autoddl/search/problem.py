@@ -159,6 +159,8 @@ class Problem:
         self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
         self._around: Dict[int, Tuple[int, ...]] = {}
+        # search.memory's boxing blob bytes, by (SBPs, shape, dtype)
+        self.blob_tables: Dict[tuple, np.ndarray] = {}
         self._priced: Dict[float, List[np.ndarray]] = {}
         self._gathers: Dict[tuple, Gather] = {}
         self._bytes_memo: Dict[tuple, np.ndarray] = {}
