@@ -21,6 +21,7 @@ Where the cluster does not reuse memory (OneFlow on CPU ranks: cost.cluster.reus
 blob is allocated once and held for the whole step, so the peak is the sum of everything.
 """
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -138,8 +139,16 @@ def output_kind(graph: Graph, op: Op) -> str:
 
 def tensor_bytes(t: Tensor, nd: NdSbp, hierarchy: Sequence[int]) -> float:
     """What OneFlow allocates for the most loaded device's share of tensor t in `nd`."""
-    nbytes = local_numel(t.shape, nd, hierarchy) * DTYPE_BYTES.get(t.dtype, 4)
-    return allocated(nbytes, len(t.shape))
+    return _share_bytes(tuple(t.shape), t.dtype, tuple(nd), tuple(hierarchy))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _share_bytes(
+    shape: Tuple[int, ...], dtype: str, nd: NdSbp, hierarchy: Tuple[int, ...]
+) -> float:
+    """tensor_bytes by what it depends on (a timeline asks it for every tensor of every plan)."""
+    nbytes = local_numel(shape, nd, hierarchy) * DTYPE_BYTES.get(dtype, 4)
+    return allocated(nbytes, len(shape))
 
 
 def output_bytes(graph: Graph, op: Op, obn: str, sig: Signature) -> float:
