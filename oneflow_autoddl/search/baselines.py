@@ -6,6 +6,7 @@ OneFlow's greedy inference does once parameter SBPs are set). They are the seeds
 search and the yardsticks of the report.
 """
 
+import weakref
 from typing import Callable, Dict, List, Optional, Set
 
 import numpy as np
@@ -28,6 +29,24 @@ def _order(problem: Problem) -> List[int]:
     return sorted(range(len(problem.var_units)), key=lambda v: firsts[v])
 
 
+_INPUTS: "weakref.WeakKeyDictionary[Problem, Dict[int, list]]" = weakref.WeakKeyDictionary()
+
+
+def _inputs(problem: Problem) -> Dict[int, list]:
+    """variable -> (its SBP ids, the producer's variable, the producer's SBP ids) per input it
+    reads from another variable: the same for every baseline, found once a problem."""
+    if problem not in _INPUTS:
+        inputs: Dict[int, list] = {}
+        for ends in problem.ends:
+            for c in ends.consumers:
+                if c.var != ends.producer.var:
+                    inputs.setdefault(c.var, []).append(
+                        (problem.sbp_ids(c), ends.producer.var, problem.sbp_ids(ends.producer))
+                    )
+        _INPUTS[problem] = inputs
+    return _INPUTS[problem]
+
+
 def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
     """Assign variables in topological order, each its cheapest allowed candidate given earlier
     ones.
@@ -37,13 +56,7 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
     are, then weighs the boxing of what is already decided (producers, pinned parameters),
     assuming later ops take whatever suits it.
     """
-    inputs: Dict[int, list] = {}
-    for ends in problem.ends:
-        for c in ends.consumers:
-            if c.var != ends.producer.var:
-                inputs.setdefault(c.var, []).append(
-                    (problem.sbp_ids(c), ends.producer.var, problem.sbp_ids(ends.producer))
-                )
+    inputs = _inputs(problem)
     assigned: Dict[int, int] = {v: next(iter(ks)) for v, ks in pins.items() if len(ks) == 1}
     for v in _order(problem):
         if v in assigned and len(pins.get(v, ())) == 1:
