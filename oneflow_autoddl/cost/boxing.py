@@ -375,11 +375,18 @@ class Routes:
             total += math.prod(local)
         return total
 
-    def _virtual_options(self, src: NdSbp, dst: NdSbp) -> Optional[List[List[NdSbp]]]:
-        """Middle nodes from the collector's virtual table that fit the shape; None where the
-        path takes none from it (1-D, or more than 6 dimensions)."""
-        if len(self.hierarchy) != 2 or len(self.shape) > 6:
-            return None
+    @property
+    def _collected(self) -> bool:
+        """Whether OneFlow's boxing collector inserts the middle nodes (2-D meshes, at most 6
+        dimensions); elsewhere a transition that is not direct has no path."""
+        return len(self.hierarchy) == 2 and len(self.shape) <= 6
+
+    def _through(self, src: NdSbp, options: List[List[NdSbp]], dst: NdSbp) -> Optional[List[NdSbp]]:
+        """The path through the middle nodes of `options` that store least (None if none)."""
+        return [src] + min(options, key=self._storage) + [dst] if options else None
+
+    def _virtual_options(self, src: NdSbp, dst: NdSbp) -> List[List[NdSbp]]:
+        """Middle nodes from the collector's virtual table that fit the shape."""
         options = virtual_table(math.prod(self.hierarchy)).lists(src, dst)
         return [ls for ls in options if self._storage(ls) < INF]
 
@@ -408,10 +415,9 @@ class Routes:
         if key not in self._paths:
             self._paths[key] = self._shape_path(src, dst)
         found = self._paths[key]
-        if found is not None or len(self.hierarchy) != 2 or len(self.shape) > 6:
+        if found is not None or not self._collected:
             return found
-        options = self._custom_options(src, dst, nbytes)
-        return [src] + min(options, key=self._storage) + [dst] if options else None
+        return self._through(src, self._custom_options(src, dst, nbytes), dst)
 
     def _shape_path(self, src: NdSbp, dst: NdSbp) -> Optional[List[NdSbp]]:
         """The path where the shape alone decides it: direct, S -> P through B, or middle nodes
@@ -422,8 +428,9 @@ class Routes:
             return [src, dst]
         if len(reduce_pair(src, dst, self.hierarchy, self.shape)) == 1:
             return [src, (B,) * len(self.hierarchy), dst]  # S -> P: OneFlow inserts B (1-D rule)
-        options = self._virtual_options(src, dst)
-        return [src] + min(options, key=self._storage) + [dst] if options else None
+        if not self._collected:
+            return None
+        return self._through(src, self._virtual_options(src, dst), dst)
 
     def cpu_hop_supported(self, a: NdSbp, b: NdSbp) -> bool:
         key = (a, b)
