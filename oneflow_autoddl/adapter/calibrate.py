@@ -233,13 +233,10 @@ def _update_bandwidths(place, membw: float) -> dict:
     return out
 
 
-# Rows per rank of the link chains' tensors (cost.collectives.fit_link: the smallest gives the
-# latency, the two larger the bandwidth), 256 floats a row. Across nodes the larger two are
-# smaller than inside (a node's link may be 50 times slower than its loopback, 200 Mbit/s emulated,
-# and the chains must still take seconds, not minutes) but still past a token bucket's burst
-# (64 KiB on the emulated links): every rank of a node sends at once.
-INSIDE_ROWS = (1, 16, 1024)
-ACROSS_ROWS = (1, 64, 256)
+# Across nodes, the tensors of the chains are this many times smaller than inside a node: a
+# node's link may be 50 times slower than its loopback (200 Mbit/s emulated), and the chains
+# must still take seconds, not minutes.
+INTER_NODE_DIVISOR = 8
 
 
 def _one_machine() -> bool:
@@ -265,18 +262,16 @@ def _topology() -> Tuple[int, int, int, bool]:
     return nodes, per_node, max(1, cores // nodes) if one else cores, one
 
 
-def _levels(nodes: int, per_node: int, width: int):
+def _levels(nodes: int, per_node: int, width: int, small: int, big: int):
     """(links.intra_node, links.inter_node, the axis inside a node) as the cluster file holds
     them: on one node, one level measured over all ranks and written as both."""
-    n = nodes * per_node
-    inside_sizes = tuple(rows * n for rows in INSIDE_ROWS)
     if nodes == 1:
         inside = links.flat(per_node)
-        intra = links.collectives(inside, width, inside_sizes)
+        intra = links.collectives(inside, width, small, big)
         return intra, _level(intra, per_node), inside
     inside, across = links.node_mesh(nodes, per_node)
-    intra = links.collectives(inside, width, inside_sizes)
-    inter = links.collectives(across, width, tuple(rows * n for rows in ACROSS_ROWS))
+    intra = links.collectives(inside, width, small, big)
+    inter = links.collectives(across, width, small, big // INTER_NODE_DIVISOR)
     return intra, _level(inter, per_node), inside
 
 
@@ -335,10 +330,10 @@ def measure(out: str, command: str, repeats: int = REPEATS, name: str = "cpu-loc
     nodes, per_node, cores, one_machine = _topology()
     n = nodes * per_node
     place = flow.placement("cpu", ranks=list(range(n)))
-    width, big = 256, INSIDE_ROWS[-1] * n
+    width, big, small = 256, 1024 * n, 16 * n
     flops, overhead, membw, kernels = _device_until_told(place, big // n, width)
     kernels.update(_update_bandwidths(place, membw))
-    intra, inter, inside = _levels(nodes, per_node, width)
+    intra, inter, inside = _levels(nodes, per_node, width, small, big)
     gather = intra["all_gather"]
     overlap = links.overlap(inside, big, width, gather["latency"])
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -359,7 +354,7 @@ def measure(out: str, command: str, repeats: int = REPEATS, name: str = "cpu-loc
             "comm_overlap": overlap,
         },
         "links": {"intra_node": dict(gather, collectives=intra), "inter_node": inter},
-        "source": _source(command, repeats, nodes, per_node, one_machine, width),
+        "source": _source(command, repeats, nodes, per_node, one_machine, width, small, big),
     }
     if flow.env.get_rank() == 0:  # its figures are the ones written (each rank timed its own)
         _check(data)
@@ -409,13 +404,8 @@ def _lost(rates: Dict[str, float], op_overhead: float, overhead_name: str) -> Li
     return ([overhead_name] if op_overhead < 1e-7 else []) + lost
 
 
-def _rows(per_rank: Tuple[int, ...], n: int, width: int) -> str:
-    return ", ".join(f"{rows * n}x{width}" for rows in per_rank)
-
-
-def _source(command, repeats, nodes, per_node, one_machine, width) -> str:
+def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -> str:
     n = nodes * per_node
-    big = INSIDE_ROWS[-1] * n
     where = (
         f"{n} OneFlow {flow.__version__} CPU ranks at once on one machine"
         if nodes == 1
@@ -423,14 +413,12 @@ def _source(command, repeats, nodes, per_node, one_machine, width) -> str:
         + (" (emulated nodes: network namespaces of one machine)" if one_machine else "")
     )
     levels = (
-        f"chains of each collective over all ranks on {_rows(INSIDE_ROWS, n, width)} floats "
-        "against the chains without it (links: latency from the smallest, bandwidth from the "
-        "two larger; one machine, so inter-node = intra-node)"
+        f"chains of each collective over all ranks on {small}x{width} and {big}x{width} floats "
+        "against the chains without it (links; one machine, so inter-node = intra-node)"
         if nodes == 1
-        else "chains of each collective along the mesh axis inside the nodes "
-        f"({_rows(INSIDE_ROWS, n, width)} floats) and across them "
-        f"({_rows(ACROSS_ROWS, n, width)}), against the chains without it (links: latency from "
-        "the smallest, bandwidth from the two larger)"
+        else f"chains of each collective along the mesh axis inside the nodes ({small}x{width} and "
+        f"{big}x{width} floats) and across them ({small}x{width} and "
+        f"{big // INTER_NODE_DIVISOR}x{width}), against the chains without it (links)"
     )
     return (
         f"measured {time.strftime('%Y-%m-%d')} on {platform.node()} by `{command}`: {where}, in "

@@ -3,12 +3,11 @@
 A level is the groups of ranks along a mesh axis: on one machine, all ranks (a 1-D mesh); across
 nodes, a nodes x ranks-per-node mesh whose axis 1 stays inside each node and whose axis 0 joins
 one rank of every node. Every collective of cost.cluster.COLLECTIVES runs as chains of stages of
-a boxing there and a move back (local, but for the all-to-all: a second one),
-against the chain of the same stages without the boxing, all taking turns (chains.step_times),
-at three sizes. Bytes per rank are exact (cost.boxing), so the two larger sizes give the bandwidth
-per device and the smallest the latency per message, stalls included (cost.collectives.fit_link).
-All groups along the axis run at once, as in a training step: across nodes, a node's ranks share
-its link.
+a boxing there and a move back (local, but for the all-to-all: a second one), at two sizes,
+against the chain of the same stages without the boxing, all taking turns (chains.step_times).
+Bytes per rank are exact (cost.boxing), so the two sizes give the bandwidth per device and the
+latency per message, stalls included. All groups along the axis run at once, as in a training
+step: across nodes, a node's ranks share its link.
 """
 
 import math
@@ -19,7 +18,6 @@ import oneflow as flow
 
 from ..cost.boxing import oneflow_cpu_axis_cost
 from ..cost.cluster import Link
-from ..cost.collectives import Measured, fit_link
 from ..sbp import B, P, S
 from .chains import STAGES, Chain, Holder, step_times
 
@@ -92,9 +90,11 @@ def messages(src, dst, rows: int, width: int, p: int) -> float:
     ).time
 
 
-def _collective(axis: MeshAxis, kind: str, sizes: Tuple[int, ...], width: int) -> List[Measured]:
-    """One `kind` per rank on a rows x width float tensor, for rows in `sizes`: each boxed chain
-    against the same chain without the boxing, all in turns."""
+def _collective(
+    axis: MeshAxis, kind: str, sizes: Tuple[int, ...], width: int
+) -> List[Tuple[float, float, float]]:
+    """(seconds, bytes sent, messages) per rank of one `kind` on a rows x width float tensor, for
+    rows in `sizes`: each boxed chain against the same chain without the boxing, all in turns."""
     start, moves, (src, dst), times = COLLECTIVE_STAGES[kind]
     chains = []
     for rows in sizes:
@@ -107,20 +107,27 @@ def _collective(axis: MeshAxis, kind: str, sizes: Tuple[int, ...], width: int) -
         sent = oneflow_cpu_axis_cost(
             src, dst, nbytes, rows * width, axis.size, Link(1.0, 0.0)
         ).bytes
-        seconds = max(boxed - plain, 1e-9) / (STAGES * times)
-        out.append(Measured(seconds, sent, messages(src, dst, rows, width, axis.size)))
+        out.append(
+            (
+                max(boxed - plain, 1e-9) / (STAGES * times),
+                sent,
+                messages(src, dst, rows, width, axis.size),
+            )
+        )
     return out
 
 
-def collectives(
-    axis: MeshAxis, width: int, sizes: Tuple[int, int, int]
-) -> Dict[str, Dict[str, float]]:
+def collectives(axis: MeshAxis, width: int, small: int, big: int) -> Dict[str, Dict[str, float]]:
     """Bandwidth per device and latency per message of each collective along `axis`, from chains
-    on rows x width floats for the three row counts of `sizes`, smallest first."""
+    on small x width and big x width floats."""
     out = {}
     for kind in COLLECTIVE_STAGES:
-        link = fit_link(*_collective(axis, kind, sizes, width))
-        out[kind] = {"bandwidth_per_device": link.bandwidth, "latency": link.latency}
+        (t0, b0, m), (t1, b1, _) = _collective(axis, kind, (small, big), width)
+        bandwidth = (b1 - b0) / max(t1 - t0, 1e-9)
+        out[kind] = {
+            "bandwidth_per_device": bandwidth,
+            "latency": max(t0 - b0 / bandwidth, 0.0) / m,
+        }
     return out
 
 

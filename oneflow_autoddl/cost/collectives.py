@@ -53,29 +53,3 @@ def all_reduce(group_bytes: float, p: int, link: Link) -> Transfer:
 
 def all_to_all(group_bytes: float, p: int, link: Link) -> Transfer:
     return ring(p - 1, group_bytes * (p - 1) / (p * p), link)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One collective timed on a link: what one device spent, sent and waited on."""
-
-    seconds: float
-    bytes: float  # sent by one device
-    messages: float  # rounds one device waits on its peers (the alpha terms)
-
-
-def fit_link(smallest: Measured, small: Measured, big: Measured) -> Link:
-    """The alpha-beta link (bandwidth per device, latency per message) that prices three timings
-    of one collective, smallest first: the bandwidth is the slope between the two larger, the
-    latency what the smallest took beyond its bytes at that bandwidth, per message.
-
-    A line through two sizes alone is right only on links linear in bytes. A token bucket (the
-    emulated nodes' links) or a switch's buffer lets a burst through at full speed and then holds
-    a sustained rate: a line through a size under the burst and one over it has a negative
-    intercept, so the latency would come out at zero and every small boxing across nodes would be
-    priced as free. Here large transfers get the sustained rate (both larger sizes should exceed
-    any burst) and small ones their measured wait; on a linear link both fits agree. The latency
-    is never negative (noise in a difference of step times)."""
-    bandwidth = (big.bytes - small.bytes) / max(big.seconds - small.seconds, 1e-9)
-    latency = max(smallest.seconds - smallest.bytes / bandwidth, 0.0) / smallest.messages
-    return Link(bandwidth, latency)

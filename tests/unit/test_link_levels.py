@@ -3,8 +3,7 @@
 import pytest
 
 from oneflow_autoddl.cost.boxing import EVENTFD_BYTES
-from oneflow_autoddl.cost.cluster import ClusterError, Link, check_launch
-from oneflow_autoddl.cost.collectives import Measured, fit_link
+from oneflow_autoddl.cost.cluster import ClusterError, check_launch
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.sbp import parse_nd
 from tests.unit.test_cost import cluster
@@ -95,31 +94,3 @@ def test_a_cluster_that_cannot_describe_the_launch_is_refused_naming_both():
 
 def test_on_one_node_ranks_per_node_asked_for_group_its_ranks_into_nodes():
     assert check_launch(cluster("oneflow-cpu", dpn=2, nodes=2), 1, 4, asked=2) == 2
-
-
-def _bucket(nbytes, burst=65536.0, fast=1e9, sustained=1e7, latency=5e-4, messages=2):
-    """A token-bucket link: `burst` bytes at `fast`, the rest at `sustained`."""
-    seconds = messages * latency + min(nbytes, burst) / fast + max(nbytes - burst, 0) / sustained
-    return Measured(seconds, nbytes, messages)
-
-
-def test_a_link_linear_in_bytes_is_fitted_exactly():
-    link = Link(2e8, 3e-4)
-    points = [Measured(2 * link.latency + b / link.bandwidth, b, 2) for b in (1e3, 3e4, 2e6)]
-    fitted = fit_link(*points)
-    assert fitted.bandwidth == pytest.approx(link.bandwidth)
-    assert fitted.latency == pytest.approx(link.latency)
-
-
-def test_a_token_bucket_keeps_its_latency_and_prices_large_transfers_at_the_sustained_rate():
-    fitted = fit_link(_bucket(1024.0), _bucket(131072.0), _bucket(524288.0))
-    assert fitted.bandwidth == pytest.approx(1e7)
-    assert fitted.latency == pytest.approx(5e-4, rel=0.15)  # less the smallest's bytes
-    assert fitted.latency * 2 + 1024.0 / fitted.bandwidth == pytest.approx(_bucket(1024.0).seconds)
-
-
-def test_a_line_through_two_sizes_across_the_burst_would_have_no_latency():
-    """Why the smallest size is its own point: the two-size fit the calibration used before."""
-    below, above = _bucket(32768.0), _bucket(262144.0)
-    bandwidth = (above.bytes - below.bytes) / (above.seconds - below.seconds)
-    assert below.seconds - below.bytes / bandwidth < 0
