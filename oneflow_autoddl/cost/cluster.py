@@ -9,6 +9,7 @@ presets/*.json for the schema by example, with the figures' sources.
 """
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ import numpy as np
 
 from ..errors import ClusterError
 from ..mesh import Mesh, format_mesh, mesh_size
+
+log = logging.getLogger(__name__)
 
 PRESET_DIR = os.path.join(os.path.dirname(__file__), "presets")
 BACKENDS = ("nccl", "oneflow-cpu")
@@ -229,6 +232,8 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
             "cluster field 'device.comm_overlap' is a fraction of the boxing time, 0 to 1, "
             f"not {overlap!r}"
         )
+    if backend == "oneflow-cpu":
+        _warn_unmeasured_kernels(data, kernels)
     dpn = _field(data, "devices_per_node", int)
     cores = _field(data, "cores_per_node", int) if "cores_per_node" in data else None
     if cores is not None and backend != "oneflow-cpu":
@@ -253,6 +258,21 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
         comm_overlap=overlap,
         cores_per_node=cores,
     )
+
+
+def _warn_unmeasured_kernels(data: Mapping[str, Any], kernels: Mapping[str, Any]) -> None:
+    """On CPU ranks every kernel kind runs far below memory bandwidth, where a kind not given is
+    priced: a file `calibrate` wrote before it measured a kind (e.g. im2col and conv_filter,
+    added in 0.2.0) prices those kernels as nearly free, and plans replicate them."""
+    missing = [kind for kind in KERNEL_KINDS if kind not in kernels]
+    if missing:
+        log.warning(
+            "cluster %r (oneflow-cpu) gives no rate for %s: those kernels are priced at memory "
+            "bandwidth, far above what CPU ranks reach; run `python -m oneflow_autoddl calibrate` "
+            "again to measure them",
+            data.get("name"),
+            ", ".join(missing),
+        )
 
 
 def preset_names() -> List[str]:

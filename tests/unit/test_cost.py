@@ -3,6 +3,7 @@ memory."""
 
 import itertools
 import json
+import logging
 import math
 import random
 
@@ -18,6 +19,7 @@ from oneflow_autoddl.cost.boxing import (
     virtual_table,
 )
 from oneflow_autoddl.cost.cluster import (
+    KERNEL_KINDS,
     ClusterError,
     Link,
     cluster_from_json,
@@ -211,6 +213,25 @@ def test_presets_load_and_state_their_sources():
         assert c.source and c.intra.bandwidth > 0 and c.flops_for("float32") > 0
     a100 = load_cluster("dgx-a100")
     assert a100.devices_per_node == 8 and a100.inter.bandwidth == pytest.approx(25e9)
+
+
+def test_every_cpu_preset_measures_every_kernel_kind():
+    """A CPU kernel kind a preset does not give runs at memory bandwidth, several times faster
+    than CPU ranks run it: the emulated nodes' presets of 2026-12-03 lacked the convolutions'
+    passes and priced VGG's replicated convolutions as nearly free."""
+    for name in preset_names():
+        c = load_cluster(name)
+        if c.backend == "oneflow-cpu":
+            assert set(c.kernel_bandwidth) == set(KERNEL_KINDS), name
+
+
+def test_a_cpu_cluster_without_a_kernel_kind_is_loaded_with_a_warning(caplog):
+    data = json.loads(json.dumps(load_cluster("cpu-local").to_json()))
+    del data["device"]["kernel_bandwidth"]["im2col"]
+    with caplog.at_level(logging.WARNING, logger="oneflow_autoddl"):
+        cluster = cluster_from_json(data)
+    assert "im2col" not in cluster.kernel_bandwidth
+    assert "no rate for im2col" in caplog.text and "calibrate" in caplog.text
 
 
 @pytest.mark.parametrize(
