@@ -54,10 +54,14 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
     Like OneFlow's own inference (which orders candidates by how many inputs they take
     exactly as produced, then by copy cost), a choice first keeps the most inputs as they
     are, then weighs the boxing of what is already decided (producers, pinned parameters),
-    assuming later ops take whatever suits it.
+    assuming later ops take whatever suits it. Pinned variables (and casts of them) come first
+    among the inputs kept: the experts' layouts compute with the parameters as they store them,
+    even where gathering them costs less (Megatron-style's column product reads its weight
+    split, where gathering the weight and splitting the sequence is cheaper at scale).
     """
     inputs = _inputs(problem)
     assigned: Dict[int, int] = {v: next(iter(ks)) for v, ks in pins.items() if len(ks) == 1}
+    held = set(pins)  # pinned variables, and casts of them
     for v in _order(problem):
         if v in assigned and len(pins.get(v, ())) == 1:
             continue
@@ -70,13 +74,22 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
             assert local is not None  # v itself stays free
             others = tuple(i for i, u in enumerate(local.vars) if u != v)
             score = score + (local.table.min(axis=others) if others else local.table)[allowed]
-        kept = np.zeros(len(allowed))
+        kept, kept_held = np.zeros(len(allowed)), np.zeros(len(allowed))
         for mine, pv, theirs in inputs.get(v, []):
             if pv in assigned:
-                kept += mine[allowed] == theirs[assigned[pv]]
-        best = min(range(len(allowed)), key=lambda i: (-kept[i], score[i], i))
+                same = mine[allowed] == theirs[assigned[pv]]
+                kept += same
+                kept_held += same if pv in held else 0
+        if _is_cast(problem, v) and any(pv in held for _, pv, _ in inputs.get(v, [])):
+            held.add(v)
+        best = min(range(len(allowed)), key=lambda i: (-kept_held[i], -kept[i], score[i], i))
         assigned[v] = allowed[best]
     return [assigned[v] for v in range(len(problem.var_units))]
+
+
+def _is_cast(problem: Problem, v: int) -> bool:
+    unit = problem.units[problem.var_units[v][0]]
+    return all(problem.graph.op(n).type == "cast" for n in unit.ops)
 
 
 def _param_vars(problem: Problem) -> List[int]:
@@ -126,8 +139,26 @@ def zero(problem: Problem) -> List[int]:
                 if any(s.is_split for s in _var_sbp(problem, v, k))
             ]
         if sharded:
-            x[v] = min(sharded, key=lambda k: (problem.memory[v][k], k))
+            x[v] = _leanest(problem, x, v, sharded)
     return x
+
+
+def _leanest(problem: Problem, x: List[int], v: int, ks: List[int]) -> int:
+    """Of candidates `ks` of parameter unit v, one storing the fewest bytes, and of those the one
+    whose readers, as x has them, box it at least cost: shards of one size stored on different
+    axes differ in what gathering them costs (a shard of the axis the readers split already
+    gathers over one mesh axis; one nested on it must be shuffled)."""
+    least = min(problem.memory[v][k] for k in ks)
+
+    def boxing(k: int) -> float:
+        y = list(x)
+        y[v] = k
+        return sum(
+            float(problem.factors[f].table[tuple(y[u] for u in problem.factors[f].vars)])
+            for f in problem.factors_of[v]
+        )
+
+    return min((k for k in ks if problem.memory[v][k] <= least), key=lambda k: (boxing(k), k))
 
 
 def _source(problem: Problem, lbn: str) -> Op:
@@ -229,11 +260,13 @@ def _column_axes(problem: Problem, var: str):
 
 def megatron(problem: Problem) -> List[int]:
     """Column-then-row tensor parallelism on the last mesh axis, data parallel on the others."""
+    return greedy_complete(problem, _megatron_pins(problem))
+
+
+def _megatron_pins(problem: Problem) -> Pins:
     roles = megatron_roles(problem)
     tp_axis = problem.mesh.ndim - 1
-    return greedy_complete(
-        problem, _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis))
-    )
+    return _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis))
 
 
 def megatron_zero(problem: Problem) -> List[int]:
@@ -254,7 +287,7 @@ def megatron_zero(problem: Problem) -> List[int]:
             and all(s.is_split for a, s in enumerate(_var_sbp(problem, v, k)) if a != tp)
         ]
         if sharded:
-            x[v] = min(sharded, key=lambda k: (problem.memory[v][k], k))
+            x[v] = _leanest(problem, x, v, sharded)
     return x
 
 

@@ -177,7 +177,8 @@ def test_the_step_order_is_the_graphs_unless_given():
 def test_items_give_the_timelines_peak(cluster):
     """Data parallel boxes each gradient once: the items are exact. Other plans box a tensor for
     several consumers, where the items may bound (search.memory): never below the timeline, and
-    here 1.7 to 6.1% above it."""
+    here 1.7 to 14% above it (Megatron-style gathers a layer norm's output once for q, k and v,
+    which the items, costing the consumers in three runs, count three times)."""
     g = build_gpt(2, 32, 4, 8, 64, 16, (2, 2), device="cpu")
     problem = build_problem(g, load_cluster(cluster))
     items = memory_items(problem)
@@ -189,7 +190,7 @@ def test_items_give_the_timelines_peak(cluster):
         if name == "data_parallel":
             assert found == exact
             assert list(usage_at(items, x, line.steps)) == list(line.usage())
-        assert exact <= found <= 1.07 * exact, name
+        assert exact <= found <= 1.15 * exact, name
 
 
 def test_peak_below_the_sum_where_memory_is_reused():

@@ -2,6 +2,7 @@
 
 import pytest
 
+from oneflow_autoddl.amp import amp_graph
 from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import plan
@@ -66,3 +67,42 @@ def test_the_report_names_the_stages():
     assert "ZeRO (parameter bytes)" in table and "zero-0 100%" in table and "zero-3 100%" in table
     assert "ZeRO: " in summary(result) and "peak memory per device" in summary(result)
     assert sum(result.predicted.zero_stages.values()) == pytest.approx(1.0)
+
+
+def test_megatron_zero_shards_a_weight_on_the_dimension_tensor_parallelism_leaves_whole():
+    """Megatron+ZeRO stores each matrix split over the data-parallel axis on the dimension the
+    tensor-parallel axis does not split: gathering it is then one all-gather over axis 0, where a
+    shard nested in the tensor-parallel one must be shuffled across both axes."""
+    problem = build_problem(build_gpt(2, 64, 4, 16, 128, 16, (2, 2)), load_cluster("dgx-a100"))
+    x = baselines.megatron_zero(problem)
+    g = problem.graph
+    weights = 0
+    for v in baselines._param_vars(problem):
+        nd = baselines._var_sbp(problem, v, x[v])
+        unit = problem.units[problem.var_units[v][0]]
+        var = next(n for n in unit.ops if g.op(n).role == "variable")
+        if len(g.tensor(g.op(var).outputs["out"]).shape) == 2 and nd[1].is_split:
+            weights += 1
+            assert nd[0].is_split and nd[0] != nd[1], (var, nd)
+    assert weights >= 6  # q, k, v, proj, fc, proj (the layers are tied: one variable each)
+
+
+@pytest.mark.parametrize("mesh", [(4,), (2, 2)])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_megatron_style_computes_with_its_weights_as_it_stores_them(mesh, dtype):
+    """Megatron-style's matrix products read each weight in the SBP it stores (through the cast
+    of mixed precision): tensor parallelism moves activations, never the weights."""
+    g = build_gpt(2, 64, 4, 16, 128, 16, mesh)
+    g = amp_graph(g, dtype) if dtype != "fp32" else g
+    problem = build_problem(g, load_cluster("dgx-a100"))
+    x = baselines.megatron(problem)
+    roles = baselines.megatron_roles(problem)
+    read = 0
+    for op in g.ops.values():
+        weight = baselines._weight_of(problem, op)
+        if weight is None or roles.get(weight) not in ("column", "row"):
+            continue
+        read += 1
+        stored = problem.signature(weight, x)["out"]
+        assert problem.signature(op.name, x)["b_0"] == stored, (op.name, weight)
+    assert read >= 12  # q, k, v, proj, fc, proj of 2 layers
