@@ -48,10 +48,7 @@ def step_prices(
     through = np.concatenate([[0.0], np.cumsum(prices)])
     extra = [np.zeros(int(d)) for d in domain]
     joint: Dict[int, np.ndarray] = {}
-    for item in items:
-        weight = through[item.end] - through[item.start]
-        if weight <= 0:
-            continue
+    for item, weight in _weighed(items, through):
         if len(item.vars) == 1:
             extra[item.vars[0]] += weight * item.usage
             continue
@@ -62,6 +59,22 @@ def step_prices(
         table = _spread(item, factor_vars[f], domain) * weight
         joint[f] = joint[f] + table if f in joint else table
     return StepPrices(extra, joint, float(through[-1]))
+
+
+def _weighed(
+    items: Sequence["MemoryItem"], through: np.ndarray
+) -> List[Tuple["MemoryItem", float]]:
+    """Each distinct usage table once (tied layers' items share theirs), with the sum of the
+    prices over the spans of the items holding it, where positive."""
+    weights: Dict[Tuple[Tuple[int, ...], int], float] = {}
+    first: Dict[Tuple[Tuple[int, ...], int], MemoryItem] = {}
+    for item in items:
+        weight = float(through[item.end] - through[item.start])
+        if weight > 0:
+            key = (item.vars, id(item.usage))
+            weights[key] = weights.get(key, 0.0) + weight
+            first.setdefault(key, item)
+    return [(first[key], weight) for key, weight in weights.items()]
 
 
 def _covering(
