@@ -145,20 +145,12 @@ def zero(problem: Problem) -> List[int]:
 
 def _leanest(problem: Problem, x: List[int], v: int, ks: List[int]) -> int:
     """Of candidates `ks` of parameter unit v, one storing the fewest bytes, and of those the one
-    whose readers, as x has them, box it at least cost: shards of one size stored on different
-    axes differ in what gathering them costs (a shard of the axis the readers split already
-    gathers over one mesh axis; one nested on it must be shuffled)."""
+    that costs least beside x's other choices (its readers' boxing, its update): shards of one
+    size stored on different axes differ in what gathering them costs (a shard of the axis the
+    readers split already gathers over one mesh axis; one nested on it must be shuffled)."""
     least = min(problem.memory[v][k] for k in ks)
-
-    def boxing(k: int) -> float:
-        y = list(x)
-        y[v] = k
-        return sum(
-            float(problem.factors[f].table[tuple(y[u] for u in problem.factors[f].vars)])
-            for f in problem.factors_of[v]
-        )
-
-    return min((k for k in ks if problem.memory[v][k] <= least), key=lambda k: (boxing(k), k))
+    cost = problem.changes(x, v)
+    return min((k for k in ks if problem.memory[v][k] <= least), key=lambda k: (cost[k], k))
 
 
 def _source(problem: Problem, lbn: str) -> Op:
@@ -260,13 +252,11 @@ def _column_axes(problem: Problem, var: str):
 
 def megatron(problem: Problem) -> List[int]:
     """Column-then-row tensor parallelism on the last mesh axis, data parallel on the others."""
-    return greedy_complete(problem, _megatron_pins(problem))
-
-
-def _megatron_pins(problem: Problem) -> Pins:
     roles = megatron_roles(problem)
     tp_axis = problem.mesh.ndim - 1
-    return _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis))
+    return greedy_complete(
+        problem, _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis))
+    )
 
 
 def megatron_zero(problem: Problem) -> List[int]:
