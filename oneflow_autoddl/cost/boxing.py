@@ -288,14 +288,22 @@ class CollectorTable:
         return [[self.states[k] for k in ls] for ls in self._rows[i].get((i, self.index[dst]), [])]
 
 
+def collector_states(axes: int, mesh_dims: int) -> List[NdSbp]:
+    """The n-D SBPs in the order of OneFlow's collector (CollectUniverse: B, S(0..axes-1), P;
+    then every combination, the first mesh axis outermost): where middle-node lists tie on
+    storage, the collector keeps the first in this order, which decides the mesh axis each hop
+    runs along (and so which link it crosses)."""
+    alphabet = [B] + [S(i) for i in range(axes)] + [P]
+    return list(itertools.product(alphabet, repeat=mesh_dims))
+
+
 @functools.lru_cache(maxsize=None)
 def virtual_table(world: int) -> CollectorTable:
-    """The collector's table on its virtual [4W, 4W] mesh over S(0..5), B, P."""
+    """The collector's table on its virtual [4W, 4W] mesh over B, S(0..5), P."""
     h = 4 * world
     vshape = (h * h,) * 6
     t = float(h * h) ** 6
-    alphabet = [B, P] + [S(i) for i in range(6)]
-    states = list(itertools.product(alphabet, repeat=2))
+    states = collector_states(6, 2)
     costs = np.array([[oneflow_lazy_cost(a, b, (h, h), vshape, t) for b in states] for a in states])
     return CollectorTable(states, costs, 3)
 
@@ -351,10 +359,9 @@ class Routes:
 
     def __init__(self, shape: Tuple[int, ...], hierarchy: Tuple[int, ...]):
         self.shape, self.hierarchy = shape, hierarchy
-        alphabet = [B, P] + [S(i) for i in range(len(shape))]
         self.states = [
             st
-            for st in itertools.product(alphabet, repeat=len(hierarchy))
+            for st in collector_states(len(shape), len(hierarchy))
             if _valid(shape, st, hierarchy)
         ]
         self.index = {st: i for i, st in enumerate(self.states)}
