@@ -17,10 +17,13 @@ def ranks():
 def pytest_collection_modifyitems(config, items):
     """Groups for pytest-xdist's `--dist loadgroup` (ci/test.sh): the tests that launch ranks
     all on one worker, one launch at a time (each launch takes the cores it counts on), and
-    each planner module's tests on one worker (its module fixtures built once)."""
+    each planner module's tests on one worker (its module fixtures built once). Tests marked
+    `timing` go last, when the planner's worker is done: they time the machine, and measure
+    again what other work drowns."""
     for item in items:
         group = "ranks" if item.path.parent.name == "ranks" else item.module.__name__
         item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("timing") is not None)
 
 
 _LEFT_BY_WORKERS: list = []  # rank groups pytest-xdist's workers reported left running

@@ -10,6 +10,7 @@ from oneflow_autoddl.cost.cluster import COLLECTIVES, KERNEL_KINDS, load_cluster
 
 
 @pytest.mark.ranks
+@pytest.mark.timing
 def test_calibrate_writes_a_cluster_file_with_every_collective(tmp_path):
     out = tmp_path / "cpu.json"
     run = subprocess.run(
