@@ -117,6 +117,14 @@ def _descents(
     return descend(problem, swept, memory_weight, options, executor)
 
 
+def _first_price(problem: Problem, best: Assignment, usage: np.ndarray, over: np.ndarray) -> float:
+    """The first round's price scale: at it, what `best` holds where it is `over` the limit (each
+    step's excess, a fraction of the limit) costs as much as `best`'s objective, however many
+    steps the excess spans; the rounds raise the price from there and the bisections lower it
+    back towards zero, so it must start on the objective's own scale."""
+    return max(problem.objective(best), 1e-12) / max(float(np.dot(over, usage)), 1.0)
+
+
 def fit_memory(
     problem: Problem,
     best: Assignment,
@@ -131,13 +139,11 @@ def fit_memory(
     if memory.peak(best) <= limit:
         return best
     usage = memory.usage(best)
-    over = np.zeros(memory.steps)  # where the plans found held more than the limit, how much
-    scale = max(problem.objective(best), 1e-12) / max(float(usage.max()), 1.0)
+    over = np.maximum(usage - limit, 0.0) / limit  # where plans found held more, how much
     lean = [int(np.argmin(e)) for e in memory.prices(np.ones(memory.steps)).unary]
-    lo, hi, fit, x = 0.0, scale, None, best
+    lo, hi, fit, x = 0.0, _first_price(problem, best, usage, over), None, best
     leanest = (memory.peak(best), best)
     for _ in range(options.penalty_rounds):
-        over += np.maximum(usage - limit, 0.0) / limit
         prices = memory.prices(hi * over)
         x = descend_and_refine(problem, [x, best, lean], prices, options, executor)
         usage, peak = memory.usage(x), memory.peak(x)
@@ -146,6 +152,7 @@ def fit_memory(
         if peak <= limit:
             fit = x
             break
+        over += np.maximum(usage - limit, 0.0) / limit
         lo, hi = hi, hi * 8
     if fit is None:
         log.warning(
