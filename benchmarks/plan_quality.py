@@ -16,6 +16,7 @@ import math
 
 from benchmarks.bench import show, write_json
 from oneflow_autoddl.cost.cluster import load_cluster
+from oneflow_autoddl.errors import PlanningError
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import plan
 from oneflow_autoddl.search.fit import Memory
@@ -62,7 +63,10 @@ def row(model, mesh, cluster_name):
     if batch is None:
         need = least_peak(model, mesh, mesh[0], cluster)
         return dict(r, batch="-", note=f"no plan fits: needs {need / 2**30:.0f} GiB/device")
-    p = plan(graph_of(model, mesh, batch), cluster)
+    try:
+        p = plan(graph_of(model, mesh, batch), cluster)
+    except PlanningError as e:  # the least peak fits, but the search found no plan that does
+        return dict(r, batch=batch, autoddl_no_worse=False, note=f"AutoDDL: {e}")
     r.update(
         batch=batch,
         autoddl_s=p.predicted.step_time_s,

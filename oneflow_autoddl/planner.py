@@ -10,8 +10,9 @@
 
 Each step is a function of `oneflow_autoddl.search` with its inputs and outputs named; the knobs
 are `search.options.SearchOptions`; independent descents run through an executor (this
-process, or every rank of the job). When no plan can fit, the error says how much memory the
-leanest plan needs.
+process, or every rank of the job). Where no plan fits the memory limit, the error says what
+the leanest plan needs, or what the leanest found holds where one might exist that the search
+did not reach.
 """
 
 import logging
@@ -27,7 +28,14 @@ from .plan import Plan
 from .recompute import recompute_graph
 from .search import baselines
 from .search.executor import SERIAL, Executor
-from .search.fit import Memory, check_fits, descend_and_pick, descend_and_refine, fit_memory
+from .search.fit import (
+    Memory,
+    check_fits,
+    descend_and_pick,
+    descend_and_refine,
+    fit_memory,
+    none_found,
+)
 from .search.memory import peak_memory
 from .search.options import SearchOptions
 from .search.problem import Problem, build_problem
@@ -108,7 +116,8 @@ def _autoddl(
 ) -> Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]:
     """(problem, starts, plan, blocks recomputed): the search's plan; where the memory limit
     binds it and the graph has repeated blocks, also the plan with every block recomputed
-    (options.recompute): the faster of the two that fit, else the one holding less."""
+    (options.recompute): the faster of the two that fit. Where neither does, the recomputed
+    graph's PlanningError, which names the memory it needs with every block recomputed."""
     x, bound = _search_within(problem, starts, limit, options, executor, held)
     blocks = _worth_recomputing(graph, problem, options) if bound else []
     if not blocks:
@@ -117,17 +126,14 @@ def _autoddl(
     redone = make(recompute_graph(graph, blocks))
     redone_starts = seeds(redone)
     y, _ = _search_within(redone, redone_starts, limit, options, executor, held)
-    if isinstance(x, PlanningError) and isinstance(y, PlanningError):
-        raise x  # no plan fits, recomputed or not: the error names the least memory
+    if isinstance(y, PlanningError) and isinstance(x, PlanningError):
+        raise y  # none found, recomputed or not: the error names the memory with recomputation
     found: List[Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]] = []
     if not isinstance(x, PlanningError):
         found.append((problem, starts, x, []))
     if not isinstance(y, PlanningError):
         found.append((redone, redone_starts, y, blocks))
-    fitting = [f for f in found if _fits(f[0], f[2], limit)]
-    if fitting:
-        return min(fitting, key=lambda f: f[0].evaluate(f[2]).step_time)
-    return min(found, key=lambda f: peak_memory(f[0], f[2]).bytes)
+    return min(found, key=lambda f: f[0].evaluate(f[2]).step_time)
 
 
 def _worth_recomputing(graph: Graph, problem: Problem, options: SearchOptions) -> List[str]:
@@ -157,7 +163,7 @@ def _search_within(
     held: bool,
 ) -> Tuple[Union[Assignment, PlanningError], bool]:
     """(the search's plan, whether the memory limit bound it: the fastest plan did not fit);
-    (the error, True) where no plan can fit (search.fit.check_fits)."""
+    (the error, True) where none fits (`search`'s PlanningError)."""
     try:
         return search(problem, starts, limit, options, executor, held)
     except PlanningError as e:
@@ -190,7 +196,8 @@ def search(
 ) -> Tuple[Assignment, bool]:
     """(the fastest plan whose peak memory per device is within `limit` bytes, from `starts`
     and the flat seed; whether the limit bound it: the fastest plan found did not fit). A
-    PlanningError where no plan can fit (search.fit.check_fits)."""
+    PlanningError where no plan can fit (search.fit.check_fits) or none found does (naming the
+    leanest found, search.fit.none_found)."""
     experts = list(starts.values())
     memory = None  # what every candidate holds when: built only when it matters
     if all(problem.memory_of(x) > limit for x in experts):
@@ -205,7 +212,10 @@ def search(
     memory = memory or Memory(problem)
     check_fits(problem, limit, memory)
     fitted = fit_memory(problem, best, limit, options, executor, memory)
-    return _fastest_fitting(problem, [fitted] + experts, limit, memory, options), True
+    x = _fastest_fitting(problem, [fitted] + experts, limit, memory, options)
+    if not _fits(problem, x, limit):
+        raise none_found(problem, x, limit, memory)
+    return x, True
 
 
 def _fastest_fitting(

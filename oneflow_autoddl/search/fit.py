@@ -16,6 +16,7 @@ import numpy as np
 
 from ..cost.memory import KINDS
 from ..errors import PlanningError
+from ..ir import CHECKPOINT_COPY_PREFIX
 from ..mesh import format_mesh
 from .descend import descend, sweep
 from .executor import Executor
@@ -74,14 +75,41 @@ def check_fits(problem: Problem, limit: float, memory: Optional[Memory] = None) 
     if not memory.steps or least.max() <= limit:
         return
     step = int(least.argmax())
-    kinds = memory.least_by_kind(step)
-    parts = ", ".join(f"{k.replace('_', ' ')} {_gib(kinds[k])}" for k in KINDS if kinds[k])
     raise PlanningError(
         f"no plan fits {_gib(limit)} per device on mesh {format_mesh(problem.mesh.hierarchy)}: "
-        f"the least memory any plan holds at its peak is {_gib(float(least.max()))} ({parts}, "
-        f"each split as far as the rules allow); give more memory, a larger mesh, a smaller "
-        f"batch, mixed precision or recomputation"
+        f"the least memory any plan holds at its peak is {_gib(float(least.max()))} "
+        f"({_parts(memory.least_by_kind(step))}, each split as far as the rules allow"
+        f"{_recomputed(problem)}); {_advice(problem)}"
     )
+
+
+def none_found(problem: Problem, x: Assignment, limit: float, memory: Memory) -> PlanningError:
+    """The error for a limit that some plan might meet (the least peak is within it) but none the
+    search found does: it names the leanest found, `x`, and what it holds at its peak."""
+    peak = peak_memory(problem, x)
+    return PlanningError(
+        f"no plan found within {_gib(limit)} per device on mesh "
+        f"{format_mesh(problem.mesh.hierarchy)}: the leanest found holds {_gib(peak.bytes)} at "
+        f"its peak, at {peak.op} ({_parts(peak.by_kind)}{_recomputed(problem)}), where no plan "
+        f"could hold less than {_gib(float(memory.least().max()))}; {_advice(problem)}"
+    )
+
+
+def _parts(kinds: Dict[str, float]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {_gib(kinds[k])}" for k in KINDS if kinds[k])
+
+
+def _recomputed(problem: Problem) -> str:
+    copies = any(name.startswith(CHECKPOINT_COPY_PREFIX) for name in problem.graph.ops)
+    return ", every repeated block recomputed" if copies else ""
+
+
+def _advice(problem: Problem) -> str:
+    """What to change; recomputation only where it is not done and frees memory (reuse)."""
+    more = "give more memory, a larger mesh, a smaller batch"
+    if _recomputed(problem) or not problem.model.cluster.reuses_memory:
+        return f"{more} or mixed precision"
+    return f"{more}, mixed precision or recomputation"
 
 
 def descend_and_refine(
@@ -155,7 +183,7 @@ def fit_memory(
         over += np.maximum(usage - limit, 0.0) / limit
         lo, hi = hi, hi * 8
     if fit is None:
-        log.warning(
+        log.info(
             "no price of memory found a plan within %s; the leanest holds %s",
             _gib(limit),
             _gib(leanest[0]),

@@ -1,12 +1,15 @@
 """Peak memory over a step (cost.memory) and the memory items the search can price
 (search.memory): spans, blob sizes, boxing buffers, scratch buffers, reuse by backend."""
 
+import re
+
 import pytest
 
 from oneflow_autoddl.cost.buffers import nccl_move_blobs, oneflow_cpu_move_blobs
 from oneflow_autoddl.cost.cluster import load_cluster
 from oneflow_autoddl.cost.memory import allocated, step_order, timeline, workspace_bytes
 from oneflow_autoddl.cost.model import CostModel
+from oneflow_autoddl.errors import PlanningError
 from oneflow_autoddl.ir import Graph, Op, Placement, Tensor
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.sbp import B, P, S, Signature, parse_nd
@@ -250,9 +253,49 @@ def test_where_no_plan_fits_the_repeated_blocks_are_recomputed():
     assert set(p.ops) | set(p.unplanned_ops) == set(g.ops)
 
 
+def test_below_the_least_memory_with_recomputation_the_error_names_that_least():
+    """Where no plan fits, kept or recomputed, the error names the least peak with every block
+    recomputed (what the limit must at least give) and no longer advises recomputation."""
+    from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.recompute import recompute_graph
+    from oneflow_autoddl.search.fit import Memory
+    from oneflow_autoddl.search.ties import repeated_blocks
+
+    g = build_gpt(2, 1024, 16, 256, 50257, 64, (4,))
+    cluster = load_cluster("dgx-a100")
+    redone = build_problem(recompute_graph(g, repeated_blocks(g)), cluster)
+    redo = float(Memory(redone).least().max())
+    with pytest.raises(PlanningError) as e:
+        plan(g, cluster, memory_limit=redo * 0.9)
+    message = str(e.value)
+    assert f"holds at its peak is {redo / 2**30:.3f} GiB" in message
+    assert "every repeated block recomputed" in message
+    assert "recomputation" not in message.split(";")[-1]
+
+
+def test_where_the_search_finds_no_plan_within_the_limit_the_error_names_the_leanest_found():
+    """A limit just above the least peak any plan could hold, which no expert plan meets, and a
+    memory fit given no price rounds (so that it finds none): an error naming the leanest plan
+    found, what it holds and where, and the least any plan could hold, not a plan over the
+    limit."""
+    from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.search.fit import Memory
+
+    g = build_gpt(2, 512, 4, 8, 512, 4, (4,))
+    cluster = load_cluster("piz-daint")
+    least = float(Memory(build_problem(g, cluster)).least().max())
+    options = SearchOptions(penalty_rounds=0, recompute=False)
+    with pytest.raises(PlanningError) as e:
+        plan(g, cluster, memory_limit=least * 1.01, options=options)
+    message = str(e.value)
+    assert re.search(r"no plan found within [\d.]+ GiB per device on mesh 4: the leanest", message)
+    assert re.search(r"holds [\d.]+ GiB at its peak, at \S+ \(parameters [\d.]+ GiB", message)
+    assert f"no plan could hold less than {least / 2**30:.3f} GiB" in message
+
+
 def test_where_memory_is_not_reused_no_recomputed_plan_is_searched(caplog):
     """On CPU ranks nothing is freed, so recomputing a block only adds its copies: a binding limit
-    there is met (or not) without recomputation, and the log says why."""
+    there is met without recomputation, or its error does not advise it, and the log says why."""
     from oneflow_autoddl.planner import plan
     from oneflow_autoddl.search.fit import Memory
 
@@ -260,7 +303,14 @@ def test_where_memory_is_not_reused_no_recomputed_plan_is_searched(caplog):
     cluster = load_cluster("cpu-local")
     assert not cluster.reuses_memory
     least = float(Memory(build_problem(g, cluster)).least().max())
+    free = plan(g, cluster, memory_limit=float("inf"))
+    leanest_expert = min(b.peak_memory_per_device for b in free.baselines.values())
+    assert leanest_expert < free.predicted.peak_memory_per_device  # the limit binds
     with caplog.at_level("INFO", logger="oneflow_autoddl.planner"):
-        p = plan(g, cluster, memory_limit=least * 1.01)
+        p = plan(g, cluster, memory_limit=leanest_expert)
+        with pytest.raises(PlanningError) as e:
+            plan(g, cluster, memory_limit=least * 1.01)
     assert p.recompute == []
+    assert p.predicted.peak_memory_per_device <= leanest_expert
+    assert "recomputed" not in str(e.value) and "recomputation" not in str(e.value)
     assert "recomputation frees nothing where memory is not reused" in caplog.text
