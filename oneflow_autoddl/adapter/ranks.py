@@ -44,7 +44,11 @@ def all_gather_bytes(payload: bytes) -> List[bytes]:
 
 
 def broadcast_from_rank0(payload: Optional[bytes]) -> bytes:
-    """Rank 0's `payload` (the other ranks pass None) on every rank."""
+    """Rank 0's `payload` (the other ranks pass None) on every rank. The ranks first meet at a
+    barrier, where a rank waits idle: a rank waiting in OneFlow 0.9.0's broadcast polls a core
+    (two of four ranks did, each half a core, for as long as rank 0 planned), taking it from rank
+    0 where ranks share cores."""
+    flow.comm.barrier()
     size = flow.tensor([len(payload or b"")], dtype=flow.int64)
     flow.comm.broadcast(size, 0)
     n = int(size.item())
