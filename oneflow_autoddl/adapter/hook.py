@@ -311,7 +311,8 @@ def _trace(graph, build):
 
 def _carried(graph, first, job, plan: Plan, settings: AutoDDLConfig) -> Plan:
     """`plan` (made for the trace `first`) carried over to `job`, the trace with its modules
-    recomputed, and costed as it runs there (adapter.recompute)."""
+    recomputed, and costed as it runs there (adapter.recompute). Every rank traces the same Job,
+    so rank 0 carries it and the others take its word (`_from_rank0`), as for the plan itself."""
     from .job import read_job
     from .recompute import carry_signatures
 
@@ -349,7 +350,8 @@ def _compile(self, *args, **kwargs):
             job, eager_outputs = _trace(
                 self, lambda: retrace(self, plan.recompute, *args, **kwargs)
             )
-            plan = _carried(self, ir, job, plan, settings)
+            carried = _from_rank0(lambda: _carried(self, ir, job, plan, settings).to_dict())
+            plan = Plan.from_dict(carried)
         planned = write_plan(job, plan)
     except Exception as e:  # a plan we cannot make must never stop training
         _fallback(self, f"planning failed ({type(e).__name__}: {e})")
