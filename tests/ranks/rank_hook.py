@@ -166,7 +166,7 @@ def fallbacks():
             "fallback": getattr(graph, "_autoddl_fallback", None),
         }
     os.remove(path)
-    out["disagree"] = _ranks_disagree()
+    out["disagree"] = _ranks_disagree(good)
     out["warnings"] = records.lines
     out["shared"] = _shared_module()
     _release_together([])
@@ -174,14 +174,14 @@ def fallbacks():
     return out
 
 
-def _ranks_disagree(steps: int = 3):
+def _ranks_disagree(good, steps: int = 3):
     """Rank 1 given another memory limit than rank 0: the ranks would search different problems
-    (and wait on each other in the search's collectives), so both fall back instead."""
-    dp, inputs = rank_models.build("gpt", "2", plan="dp")
+    (and wait on each other in the search's collectives), so both fall back instead, and train as
+    the plugin's plan (`good`, its first `steps` losses) does."""
     limit = 1e9 * (1 + flow.env.get_rank())
     graph, inputs = rank_models.build("gpt", "2", plan="autoddl", memory_per_device=limit)
     return {
-        "dp": _train(dp, inputs, steps),
+        "good": good[:steps],
         "losses": _train(graph, inputs, steps),
         "fallback": getattr(graph, "_autoddl_fallback", None),
     }

@@ -96,7 +96,7 @@ def test_invalid_saved_plan_falls_back_naming_the_op(fallbacks, who):
 def test_ranks_planning_different_problems_fall_back_together(fallbacks):
     r = fallbacks["disagree"]
     assert "rank(s) [1] would plan another Job or with other settings" in r["fallback"]
-    np.testing.assert_allclose(r["losses"], r["dp"], rtol=1e-4)
+    np.testing.assert_allclose(r["losses"], r["good"], rtol=1e-4)
 
 
 @pytest.mark.ranks
