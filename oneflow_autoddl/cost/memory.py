@@ -24,7 +24,7 @@ blob is allocated once and held for the whole step, so the peak is the sum of ev
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -50,8 +50,7 @@ def allocated(nbytes: float, ndim: int = 1) -> float:
     return float(math.ceil(nbytes / BODY_ALIGN) * BODY_ALIGN + header)
 
 
-@dataclass(frozen=True)
-class Held:
+class Held(NamedTuple):
     """A blob a device holds for the time steps [start, end)."""
 
     name: str  # the tensor's lbn; `op/workspace`; `lbn->SBP` for a boxing's blobs
@@ -86,10 +85,14 @@ class Timeline:
 
     def usage(self) -> np.ndarray:
         """Bytes held at each time step."""
-        delta = np.zeros(self.steps + 1)
-        for h in self.held:
-            delta[h.start] += h.bytes
-            delta[h.end] -= h.bytes
+        n = len(self.held)
+        where: np.ndarray = np.empty(2 * n, dtype=np.int64)
+        weights: np.ndarray = np.empty(2 * n)
+        where[0::2] = [h.start for h in self.held]
+        where[1::2] = [h.end for h in self.held]
+        weights[0::2] = [h.bytes for h in self.held]
+        weights[1::2] = -weights[0::2]
+        delta = np.bincount(where, weights, minlength=self.steps + 1)  # in the blobs' order
         return np.cumsum(delta)[: self.steps]
 
     def peak(self) -> Peak:
@@ -191,52 +194,98 @@ class Spans:
         return start, max([start] + [self.steps[c] for c in names]) + 1
 
 
-def _boxed(graph: Graph, lbn: str, signature_of: SignatureOf) -> Dict[tuple, List[str]]:
-    """Target SBP -> the consumers on the producer's placement that read the tensor in it."""
-    t = graph.tensor(lbn)
-    producer = graph.op(t.producer)
-    src = signature_of(producer.name)[t.obn]
-    out: Dict[tuple, List[str]] = {}
-    for c, ibn in t.consumers:
-        if graph.op(c).placement != producer.placement:
-            continue
-        dst = signature_of(c)[ibn]
-        if dst != src:
-            out.setdefault(dst, []).append(c)
-    return out
+class _Tensor(NamedTuple):
+    """What a timeline needs of one output of the main placement that no signature changes."""
+
+    lbn: str
+    obn: str
+    kind: str  # output_kind of its producer
+    span: Tuple[int, int]  # Spans.tensor: producer to last consumer (the whole step: fixed)
+    fixed: bool  # held the whole step (a variable's, or nothing is reused), its boxings too
+    tensor: Tensor
+    variable: bool
+    readers: Tuple[Tuple[str, str, int], ...]  # (consumer, input, its time step), same placement
+    boxable: bool  # its placement has more than one device
 
 
-def tensor_blocks(
-    graph: Graph, lbn: str, signature_of: SignatureOf, model: CostModel, spans: Spans
-) -> List[Held]:
-    """The tensor on its producer's device, its boxings' blobs, and the write-back's local copy
-    of a split variable that is boxed."""
-    t = graph.tensor(lbn)
-    producer = graph.op(t.producer)
-    sig = signature_of(producer.name)
-    out = [
-        Held(
-            lbn,
-            output_kind(graph, producer),
-            output_bytes(graph, producer, t.obn, sig),
-            *spans.tensor(lbn),
+class TimelineIndex:
+    """A graph's ops of the main placement in time order, with what a timeline needs of their
+    outputs that no signature changes (spans, kinds, readers), gathered once: a search asks for
+    the timelines of many assignments of one graph (`timeline`)."""
+
+    def __init__(self, graph: Graph, reuse: bool, order: Optional[Sequence[str]] = None):
+        steps = step_order(graph, order)
+        spans = Spans(graph, steps, reuse)
+        self.graph, self.whole = graph, spans.whole()
+        self.names = sorted(steps, key=steps.__getitem__)
+        mesh = graph.main_placement()
+        self.ops: List[Tuple[Op, List[_Tensor], bool, Tuple[int, int]]] = []
+        for name in self.names:
+            op = graph.op(name)
+            if op.placement == mesh and op.role != "system":
+                outputs = [self._tensor(op, lbn, spans, steps) for lbn in op.outputs.values()]
+                work = workspace_of(op) is not None and bool(op.inputs)
+                self.ops.append((op, outputs, work, spans.op(name)))
+
+    def _tensor(self, op: Op, lbn: str, spans: Spans, steps: Mapping[str, int]) -> _Tensor:
+        g = self.graph
+        t = g.tensor(lbn)
+        span = spans.tensor(lbn)
+        readers = tuple(
+            (c, ibn, steps[c]) for c, ibn in t.consumers if g.op(c).placement == op.placement
         )
-    ]
-    if producer.placement.size == 1:
-        return out
-    targets = _boxed(graph, lbn, signature_of)
-    src = sig[t.obn]
-    if targets and producer.role == "variable" and any(s.is_split for s in src):
-        out.append(Held(f"{lbn}->copy", "buffers", out[0].bytes, *spans.whole()))
-    hierarchy = producer.placement.hierarchy
-    for dst, readers in targets.items():
-        span = spans.tensor(lbn, readers)
-        name = f"{lbn}->{format_nd(dst)}"
-        blobs = list(model.boxing_blobs(src, dst, t.shape, t.dtype))
-        if len(readers) > 1:  # grouped into one boxing, into an identity op's output
-            blobs.append(state_bytes(t.shape, dst, hierarchy, DTYPE_BYTES.get(t.dtype, 4)))
-        out += [Held(name, "buffers", allocated(b), *span) for b in blobs]
-    return out
+        kind = output_kind(g, op)
+        variable = op.role == "variable"
+        fixed = variable or not spans.reuse
+        return _Tensor(lbn, t.obn, kind, span, fixed, t, variable, readers, op.placement.size > 1)
+
+    def timeline(self, signature_of: SignatureOf, model: CostModel) -> Timeline:
+        """Every blob the main placement's most loaded device holds over a step under these
+        signatures: each output, its boxings' blobs (grouped by the SBP their readers take it
+        in), the write-back's local copy of a split variable that is boxed, kernel scratch."""
+        signatures = {name: signature_of(name) for name in self.names}
+        line = Timeline(len(self.names), self.names)
+        held = line.held
+        for op, outputs, work, op_span in self.ops:
+            sig = signatures[op.name]
+            hierarchy = op.placement.hierarchy
+            for out in outputs:
+                src = sig[out.obn]
+                nbytes = tensor_bytes(out.tensor, src, hierarchy)
+                held.append(Held(out.lbn, out.kind, nbytes, *out.span))
+                if out.boxable:
+                    self._boxings(held, out, src, nbytes, signatures, model, hierarchy)
+            if work:
+                scratch = workspace_bytes(self.graph, op, sig)
+                if scratch:
+                    held.append(Held(f"{op.name}/workspace", "buffers", scratch, *op_span))
+        return line
+
+    def _boxings(
+        self,
+        held: List[Held],
+        out: _Tensor,
+        src: NdSbp,
+        nbytes: float,
+        signatures: Mapping[str, Signature],
+        model: CostModel,
+        hierarchy: Sequence[int],
+    ) -> None:
+        targets: Dict[NdSbp, List[int]] = {}  # SBP -> the time steps of the readers taking it
+        for consumer, ibn, step in out.readers:
+            dst = signatures[consumer][ibn]
+            if dst != src:
+                targets.setdefault(dst, []).append(step)
+        if targets and out.variable and any(s.is_split for s in src):
+            held.append(Held(f"{out.lbn}->copy", "buffers", nbytes, *self.whole))
+        t = out.tensor
+        for dst, steps in targets.items():
+            span = self.whole if out.fixed else (out.span[0], max([out.span[0]] + steps) + 1)
+            name = f"{out.lbn}->{format_nd(dst)}"
+            blobs = list(model.boxing_blobs(src, dst, t.shape, t.dtype))
+            if len(steps) > 1:  # grouped into one boxing, into an identity op's output
+                blobs.append(state_bytes(t.shape, dst, hierarchy, DTYPE_BYTES.get(t.dtype, 4)))
+            held += [Held(name, "buffers", allocated(b), *span) for b in blobs]
 
 
 def timeline(
@@ -244,22 +293,10 @@ def timeline(
     signature_of: SignatureOf,
     model: CostModel,
     order: Optional[Sequence[str]] = None,
+    index: Optional[TimelineIndex] = None,
 ) -> Timeline:
     """Every blob the main placement's most loaded device holds over a step under these
-    signatures (ops on other placements, e.g. the train-step counter, are left out)."""
-    steps = step_order(graph, order)
-    spans = Spans(graph, steps, model.cluster.reuses_memory)
-    mesh = graph.main_placement()
-    names = sorted(steps, key=steps.__getitem__)
-    signatures = {name: signature_of(name) for name in names}
-    line = Timeline(len(names), names)
-    for name in names:
-        op = graph.op(name)
-        if op.placement != mesh or op.role == "system":
-            continue
-        for lbn in op.outputs.values():
-            line.held += tensor_blocks(graph, lbn, signatures.__getitem__, model, spans)
-        work = workspace_bytes(graph, op, signatures[name])
-        if work:
-            line.held.append(Held(f"{name}/workspace", "buffers", work, *spans.op(name)))
-    return line
+    signatures (ops on other placements, e.g. the train-step counter, are left out); `index`,
+    the graph's TimelineIndex in this order for this model's reuse, spares gathering it."""
+    index = index or TimelineIndex(graph, model.cluster.reuses_memory, order)
+    return index.timeline(signature_of, model)

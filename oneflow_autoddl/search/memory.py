@@ -27,6 +27,7 @@ from ..cost.memory import (
     KINDS,
     Peak,
     Spans,
+    TimelineIndex,
     allocated,
     output_bytes,
     output_kind,
@@ -216,8 +217,11 @@ def peak_memory(problem: Problem, x: Sequence[int], order: Optional[Sequence[str
     key = tuple(x)
     if order is None and key in problem.peaks:
         return problem.peaks[key]
+    if order is None and problem.timeline_index is None:
+        problem.timeline_index = TimelineIndex(problem.graph, problem.model.cluster.reuses_memory)
+    index = problem.timeline_index if order is None else None
     found = timeline(
-        problem.graph, lambda name: problem.signature(name, x), problem.model, order
+        problem.graph, lambda name: problem.signature(name, x), problem.model, order, index
     ).peak()
     if order is None:
         problem.peaks[key] = found

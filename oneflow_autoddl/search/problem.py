@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 import numpy as np
 
 from ..cost.cluster import Cluster
-from ..cost.memory import Peak
+from ..cost.memory import Peak, TimelineIndex
 from ..cost.model import INFEASIBLE, CostModel, Transfer
 from ..cost.schedule import Scheduler
 from ..ir import Graph, Tensor
@@ -130,6 +130,7 @@ class Problem:
         self._sbp_ids: Dict[tuple, np.ndarray] = {}
         self._boxing: Dict[tuple, Tuple[np.ndarray, np.ndarray]] = {}
         self.peaks: Dict[Tuple[int, ...], Peak] = {}  # search.memory.peak_memory's, by plan
+        self.timeline_index: Optional[TimelineIndex] = None  # peak_memory's, made on first use
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
