@@ -27,6 +27,7 @@ from ..ir import Graph
 
 # lbn -> (seconds of boxing, of which latency, the consumers that read it boxed)
 Boxings = Mapping[str, Tuple[float, float, Collection[str]]]
+_UNBOXED: Tuple[float, float, Collection[str]] = (0.0, 0.0, ())
 
 
 @dataclass
@@ -65,27 +66,24 @@ class Scheduler:
         not queue) or a stream's of its own (boxings queue, waits included, the compute free)."""
         if on_cpu and overlap == 0.0:
             return self._serial(op_compute, boxings)
-        waiting, earliest = list(self.inputs), [0.0] * len(self.names)
-        pending: List[Tuple[float, int]] = [
-            (0.0, i) for i, w in enumerate(waiting) if w == 0
-        ]  # (inputs at, op)
-        ready: List[int] = []
+        names, outputs, push, pop = self.names, self.outputs, heapq.heappush, heapq.heappop
+        spend = [op_compute.get(name, 0.0) for name in names]
+        waiting, earliest = list(self.inputs), [0.0] * len(names)
+        pending: List[Tuple[float, int]] = [(0.0, i) for i, w in enumerate(waiting) if w == 0]
+        ready: List[int] = []  # ops whose inputs are there; `pending`: (inputs at, op)
         clock = comm_free = busy = end = 0.0
-        order: List[str] = []
-        for _ in self.names:
-            if (
-                not ready and pending[0][0] > clock
-            ):  # nothing to run: the stream idles until inputs come
+        order: List[int] = []
+        for _ in names:
+            if not ready and pending[0][0] > clock:  # nothing to run: idle until inputs come
                 clock = pending[0][0]
             while pending and pending[0][0] <= clock:
-                heapq.heappush(ready, heapq.heappop(pending)[1])
-            i = heapq.heappop(ready)
-            order.append(self.names[i])
-            spent = op_compute.get(self.names[i], 0.0)
-            clock, busy = clock + spent, busy + spent
-            for lbn, consumers in self.outputs[i]:
+                push(ready, pop(pending)[1])
+            i = pop(ready)
+            order.append(i)
+            clock, busy = clock + spend[i], busy + spend[i]
+            for lbn, consumers in outputs[i]:
                 produced = boxed = clock
-                seconds, latency, boxed_consumers = boxings.get(lbn, (0.0, 0.0, ()))
+                seconds, latency, boxed_consumers = boxings.get(lbn, _UNBOXED)
                 if seconds:
                     moving = seconds - latency
                     comm_free = max(comm_free, clock) + (moving if on_cpu else seconds)
@@ -93,14 +91,14 @@ class Scheduler:
                     end = max(end, boxed)
                     clock += (1 - overlap) * moving + (latency if on_cpu else 0.0)
                 for j in consumers:
-                    at = boxed if seconds and self.names[j] in boxed_consumers else produced
+                    at = boxed if seconds and names[j] in boxed_consumers else produced
                     if at > earliest[j]:
                         earliest[j] = at
                     waiting[j] -= 1
                     if waiting[j] == 0:
-                        heapq.heappush(pending, (earliest[j], j))
+                        push(pending, (earliest[j], j))
         step = max(clock, end)
-        return Schedule(step, step - busy, order)
+        return Schedule(step, step - busy, [names[i] for i in order])
 
     def _serial(self, op_compute: Mapping[str, float], boxings: Boxings) -> Schedule:
         """`run` where every boxing holds the rank for all of its time (CPU work, no overlap): a
@@ -112,6 +110,6 @@ class Scheduler:
             spent = op_compute.get(name, 0.0)
             clock, busy = clock + spent, busy + spent
             for lbn, _ in self.outputs[i]:
-                seconds = boxings.get(lbn, (0.0, 0.0, ()))[0]
+                seconds = boxings.get(lbn, _UNBOXED)[0]
                 clock += seconds
         return Schedule(clock, clock - busy, list(self.names))
