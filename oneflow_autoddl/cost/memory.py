@@ -85,15 +85,10 @@ class Timeline:
 
     def usage(self) -> np.ndarray:
         """Bytes held at each time step."""
-        n = len(self.held)
-        where: np.ndarray = np.empty(2 * n, dtype=np.int64)
-        weights: np.ndarray = np.empty(2 * n)
-        where[0::2] = [h.start for h in self.held]
-        where[1::2] = [h.end for h in self.held]
-        weights[0::2] = [h.bytes for h in self.held]
-        weights[1::2] = -weights[0::2]
-        delta = np.bincount(where, weights, minlength=self.steps + 1)  # in the blobs' order
-        return np.cumsum(delta)[: self.steps]
+        held = self.held
+        return step_usage(
+            [h.start for h in held], [h.end for h in held], [h.bytes for h in held], self.steps
+        )
 
     def peak(self) -> Peak:
         usage = self.usage()
@@ -107,6 +102,20 @@ class Timeline:
     def total(self) -> float:
         """Everything the step allocates: the peak where nothing is reused."""
         return float(sum(h.bytes for h in self.held))
+
+
+def step_usage(
+    starts: Sequence[int], ends: Sequence[int], amounts: Sequence[float], steps: int
+) -> np.ndarray:
+    """Bytes held at each of `steps` time steps, where amount i is held over [starts[i], ends[i]):
+    added up blob by blob in their order (the sums a loop over them makes)."""
+    n = len(amounts)
+    where: np.ndarray = np.empty(2 * n, dtype=np.int64)
+    weights: np.ndarray = np.empty(2 * n)
+    where[0::2], where[1::2] = starts, ends
+    weights[0::2] = amounts
+    weights[1::2] = -weights[0::2]
+    return np.cumsum(np.bincount(where, weights, minlength=steps + 1))[:steps]
 
 
 def step_order(graph: Graph, order: Optional[Sequence[str]] = None) -> Dict[str, int]:

@@ -32,6 +32,7 @@ from ..cost.memory import (
     output_bytes,
     output_kind,
     step_order,
+    step_usage,
     tensor_bytes,
     timeline,
     workspace_bytes,
@@ -189,12 +190,8 @@ def _sbp_ids(problem: Problem, e: Endpoint, vocab: Dict[tuple, int]) -> np.ndarr
 
 def usage_at(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> np.ndarray:
     """Bytes held at each time step under assignment x."""
-    delta = np.zeros(steps + 1)
-    for item in items:
-        b = item.at(x)
-        delta[item.start] += b
-        delta[item.end] -= b
-    return np.cumsum(delta)[:steps]
+    amounts = [item.at(x) for item in items]
+    return step_usage([i.start for i in items], [i.end for i in items], amounts, steps)
 
 
 def peak_of(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> float:
