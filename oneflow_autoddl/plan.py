@@ -148,8 +148,18 @@ class Plan:
 
     @classmethod
     def load(cls, path: str) -> "Plan":
+        """The plan in the JSON file `path`: a Plan's own (`save`, the CLI's --json), or a run's
+        record holding one under "plan" (the examples' --json, beside losses and step times),
+        so that what a run wrote is what the next run loads."""
         with open(path) as f:
-            return cls.from_json(f.read())
+            text = f.read()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanMismatch(f"{path} is not a plan JSON: {e}") from None
+        if isinstance(data, dict) and "ops" not in data and isinstance(data.get("plan"), dict):
+            data = data["plan"]
+        return cls.from_dict(data)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:

@@ -19,6 +19,17 @@ def mlp(width=64, mesh=(2,)):
     return kit.graph()
 
 
+def test_a_runs_record_loads_as_the_plan_it_holds(tmp_path):
+    """The examples' --json (losses, step times, the plan) is what --load-plan takes back."""
+    p = plan(mlp(), "cpu-local")
+    record = tmp_path / "run.json"
+    record.write_text(json.dumps({"losses": [1.0], "step_times_s": [0.1], "plan": p.to_dict()}))
+    assert Plan.load(str(record)) == p
+    (tmp_path / "other.json").write_text(json.dumps({"losses": [1.0]}))
+    with pytest.raises(PlanMismatch, match="not a plan JSON"):
+        Plan.load(str(tmp_path / "other.json"))
+
+
 def test_json_round_trips(tmp_path):
     p = plan(mlp(), "cpu-local")
     text = p.to_json()
