@@ -174,6 +174,7 @@ def amp_graph(graph: Graph, dtype: str) -> Graph:
         for lbn, t in graph.tensors.items()
     }
     ops = {n: op for n, op in graph.ops.items()}
+    position = {n: i for i, n in enumerate(graph.ops)}
     before: Dict[str, List[Op]] = {}
     for lbn, t in graph.tensors.items():
         if t.dtype != "float32":
@@ -202,7 +203,7 @@ def amp_graph(graph: Graph, dtype: str) -> Graph:
             role,
             module_scope(name),
         )
-        first = min((c for c, _ in readers), key=list(graph.ops).index)
+        first = min((c for c, _ in readers), key=position.__getitem__)
         before.setdefault(first, []).append(cast)
         for c, ibn in readers:
             op = ops[c]
