@@ -6,6 +6,7 @@ blob name of an op (`a_0`, `out_0`, ...) to the n-D SBP it takes there. Everythi
 plain data: hashable, ordered, and cheap to compare, because the search compares millions.
 """
 
+import functools
 import re
 from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -70,8 +71,10 @@ def parse_nd(text: str) -> NdSbp:
     return (parse_sbp(t),)
 
 
+@functools.lru_cache(maxsize=None)
 def format_nd(nd: NdSbp) -> str:
-    """OneFlow's notation: `S(0)` for one mesh axis, `(S(0), B)` for several."""
+    """OneFlow's notation: `S(0)` for one mesh axis, `(S(0), B)` for several (memoised: a plan's
+    report and timelines name the same few SBPs tens of thousands of times)."""
     if len(nd) == 1:
         return str(nd[0])
     return "(" + ", ".join(str(s) for s in nd) + ")"
