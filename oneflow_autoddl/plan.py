@@ -128,11 +128,7 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         """A plan from `to_json`'s string; PlanMismatch if it is not one of this version."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise PlanMismatch(f"not a plan JSON: {e}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(_decoded(text))
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Plan":
@@ -152,11 +148,7 @@ class Plan:
         record holding one under "plan" (the examples' --json, beside losses and step times),
         so that what a run wrote is what the next run loads."""
         with open(path) as f:
-            text = f.read()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise PlanMismatch(f"{path} is not a plan JSON: {e}") from None
+            data = _decoded(f.read())
         if isinstance(data, dict) and "ops" not in data and isinstance(data.get("plan"), dict):
             data = data["plan"]
         return cls.from_dict(data)
@@ -212,6 +204,14 @@ class Plan:
 
 def signature_texts(sig: Signature) -> Dict[str, str]:
     return {bn: format_nd(nd) for bn, nd in sig.items()}
+
+
+def _decoded(text: str) -> Any:
+    """The JSON in `text`; PlanMismatch where it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanMismatch(f"not a plan JSON: {e}") from None
 
 
 def _fields(obj: Any) -> Dict[str, Any]:
