@@ -1,4 +1,5 @@
-"""Ranks wait for rank 0 before OneFlow starts (launch.wait_for_rank0), without OneFlow."""
+"""Ranks wait for rank 0 before OneFlow starts (launch.wait_for_rank0), and a launch is done
+once every rank has written its result (launch.wait_results), without OneFlow."""
 
 import socket
 import threading
@@ -68,3 +69,26 @@ def test_importing_oneflow_waits_for_rank_0_then_installs_the_hook(monkeypatch):
     finder._loader = Loader()
     finder.exec_module(None)
     assert calls == ["waited", "oneflow imported", "hook installed"]
+
+
+def _group(tmp_path, script: str):
+    with open(tmp_path / "log", "w") as log:  # the child holds its own copy of the file
+        return launch.start_group(["sh", "-c", script], log, cwd=str(tmp_path))
+
+
+def test_a_launch_ends_once_every_rank_wrote_its_result(tmp_path):
+    """Ranks that linger after their results (OneFlow's teardown) are not waited for: killed."""
+    proc = _group(tmp_path, "echo 1 > rank0.json; sleep 0.3; echo 2 > rank1.json; sleep 600")
+    start = time.monotonic()
+    assert launch.wait_results(proc, str(tmp_path), 2, timeout=60) == 0
+    assert time.monotonic() - start < 10
+    assert proc.pid not in launch.alive_groups()
+
+
+@pytest.mark.parametrize("script,code", [("echo 1 > rank0.json; exit 3", 3), ("sleep 600", None)])
+def test_a_launch_without_every_result_gives_its_exit_code_or_none_past_its_timeout(
+    tmp_path, script, code
+):
+    proc = _group(tmp_path, script)
+    assert launch.wait_results(proc, str(tmp_path), 2, timeout=1) == code
+    assert proc.pid not in launch.alive_groups()
