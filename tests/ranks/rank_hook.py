@@ -80,8 +80,8 @@ def compare(
     memory_fraction: float = 0.995,
     with_fallbacks: bool = False,
 ):
-    """For each (model, optimizer, planner): data parallel losses, then the plugin's; then
-    `fallbacks()` where asked (one launch for both).
+    """For each (model, optimizer, planner): data parallel losses (once per model and
+    optimizer), then the plugin's; then `fallbacks()` where asked (one launch for both).
 
     The plugin's memory limit is `memory_fraction` of what data parallel holds at its peak, so
     that data parallel does not fit and some plan does: on CPU ranks, where no memory is reused
@@ -91,15 +91,19 @@ def compare(
     records = _Records()
     logging.getLogger("oneflow_autoddl").addHandler(records)
     results, alive = [], []
+    baseline = {}  # (model, optimizer) -> (data parallel's losses, the limit, seconds)
     for model, optimizer, planner in cases:
         graph = None
         _release_together(alive)
+        if (model, optimizer) not in baseline:
+            start = time.perf_counter()
+            graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
+            alive.append(graph)
+            dp = _train(graph, inputs, steps)
+            limit = _tight_limit(read_job(graph._full_graph_proto), cluster, memory_fraction)
+            baseline[model, optimizer] = (dp, limit, time.perf_counter() - start)
+        dp, limit, dp_seconds = baseline[model, optimizer]
         start = time.perf_counter()
-        graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
-        alive.append(graph)
-        dp = _train(graph, inputs, steps)
-        dp_seconds = time.perf_counter() - start
-        limit = _tight_limit(read_job(graph._full_graph_proto), cluster, memory_fraction)
         graph, inputs = rank_models.build(
             model,
             mesh,
@@ -115,7 +119,7 @@ def compare(
                 "limit": limit,
                 "dp": dp,
                 **_report(graph, _train(graph, inputs, steps), cluster),
-                "seconds": [dp_seconds, time.perf_counter() - start - dp_seconds],
+                "seconds": [dp_seconds, time.perf_counter() - start],
             }
         )
     graph = None
@@ -127,35 +131,35 @@ def compare(
     return out
 
 
-def _saved_plan_with(victim_type: str, signature):
-    graph, inputs = rank_models.build("gpt", "2", plan="autoddl")
-    good = _train(graph, inputs, 3)
-    plan = oneflow_autoddl.plan_of(graph).to_dict()
+def _saved_plan_with(plan: dict, victim_type: str, signature):
+    """`plan` (a Plan's dict) with the first op of `victim_type` given `signature`, saved."""
     victim = next(n for n, e in plan["ops"].items() if e["type"] == victim_type)
     plan["ops"][victim]["signature"] = signature
     path = f"/tmp/autoddl-bad-plan-{os.getpid()}.json"
     with open(path, "w") as f:
         json.dump(plan, f)
-    return good, victim, path
+    return victim, path
 
 
 def fallbacks():
-    """A saved plan that cannot run: refused by our check, and (check bypassed) by OneFlow
-    itself. Then ranks given different settings, and a train and an eval graph sharing one
-    module."""
+    """A train and an eval graph sharing one module; then the GPT's plan from there, saved with
+    a signature that cannot run: refused by our check, and (check bypassed) by OneFlow itself;
+    then ranks given different settings."""
     records = _Records()
     logging.getLogger("oneflow_autoddl").addHandler(records)
     gc.disable()  # the graphs built here are closed together at the end (_release_together)
-    bad = {"a_0": "S(0)", "b_0": "S(0)", "out_0": "S(0)"}  # no such broadcast_matmul signature
     out = {}
-    good, victim, path = _saved_plan_with("broadcast_matmul", bad)
+    out["shared"], plan = _shared_module()
+    good = out["shared"]["autoddl"]["train"]
+    bad = {"a_0": "S(0)", "b_0": "S(0)", "out_0": "S(0)"}  # no such broadcast_matmul signature
+    victim, path = _saved_plan_with(plan, "broadcast_matmul", bad)
     for name, bypass in (("ours", False), ("oneflow", True)):
         saved = writeback.check_signatures
         if bypass:
             writeback.check_signatures = lambda ir, plan: None
         try:
             graph, inputs = rank_models.build("gpt", "2", plan="autoddl", load_plan=path)
-            losses = _train(graph, inputs, 3)
+            losses = _train(graph, inputs, len(good))
         finally:
             writeback.check_signatures = saved
         out[name] = {
@@ -168,7 +172,6 @@ def fallbacks():
     os.remove(path)
     out["disagree"] = _ranks_disagree(good)
     out["warnings"] = records.lines
-    out["shared"] = _shared_module()
     _release_together([])
     gc.enable()
     return out
@@ -189,8 +192,9 @@ def _ranks_disagree(good, steps: int = 3):
 
 def _shared_module(steps: int = 3):
     """Train then eval on one module: data parallel, and with the plugin on both graphs after
-    AutoDDL's and after ZeRO's train graph (its parameters split whatever the search picks)."""
-    results = {}
+    AutoDDL's and after ZeRO's train graph (its parameters split whatever the search picks).
+    Also AutoDDL's train plan, as a dict."""
+    results, autoddl_plan = {}, None
     for plan in ("dp", "autoddl", "zero"):
         train, inputs = rank_models.build("gpt", "2", plan=plan)
         model, loss_fn = train.model.to(flow.nn.Module), train.loss_fn.to(flow.nn.Module)
@@ -207,6 +211,8 @@ def _shared_module(steps: int = 3):
                 return self.loss_fn(self.model(x), y)
 
         losses = _train(train, inputs, steps)
+        if plan == "autoddl":
+            autoddl_plan = oneflow_autoddl.plan_of(train).to_dict()
         evaluate = Eval(model, loss_fn, plan)
         results[plan] = {
             "train": losses,
@@ -215,4 +221,4 @@ def _shared_module(steps: int = 3):
             "eval_plan": oneflow_autoddl.plan_of(evaluate) is not None if plan != "dp" else None,
             "split": sum(any(s != flow.sbp.broadcast for s in p.sbp) for p in model.parameters()),
         }
-    return results
+    return results, autoddl_plan
