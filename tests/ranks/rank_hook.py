@@ -9,6 +9,7 @@ import time
 import oneflow as flow
 
 import oneflow_autoddl
+from benchmarks.rank_memory import memory_row
 from examples import models as rank_models
 from oneflow_autoddl import planner as autoddl_planner
 from oneflow_autoddl.adapter import writeback
@@ -72,6 +73,12 @@ def _report(graph, losses, cluster: str = "cpu-local"):
     return out
 
 
+def _memory_rows(wanted: bool, graph, model: str, mesh: str, plan: str, cluster: str) -> list:
+    if not wanted or flow.env.get_rank() != 0:
+        return []
+    return [memory_row(graph, model, mesh, plan, cluster)]
+
+
 def compare(
     cases,
     mesh: str,
@@ -79,9 +86,12 @@ def compare(
     cluster: str = "cpu-local",
     memory_fraction: float = 0.995,
     with_fallbacks: bool = False,
+    memory_rows: bool = False,
 ):
     """For each (model, optimizer, planner): data parallel losses (once per model and
-    optimizer), then the plugin's; then `fallbacks()` where asked (one launch for both).
+    optimizer), then the plugin's; then `fallbacks()` where asked (one launch for both). With
+    `memory_rows` (after adapter.plan_memory.dump_plans), rank 0 also gives each graph's
+    benchmarks.rank_memory.memory_row.
 
     The plugin's memory limit is `memory_fraction` of what data parallel holds at its peak, so
     that data parallel does not fit and some plan does: on CPU ranks, where no memory is reused
@@ -90,7 +100,7 @@ def compare(
     """
     records = _Records()
     logging.getLogger("oneflow_autoddl").addHandler(records)
-    results, alive = [], []
+    results, alive, rows = [], [], []
     baseline = {}  # (model, optimizer) -> (data parallel's losses, the limit, seconds)
     for model, optimizer, planner in cases:
         graph = None
@@ -100,6 +110,7 @@ def compare(
             graph, inputs = rank_models.build(model, mesh, plan="dp", optimizer=optimizer)
             alive.append(graph)
             dp = _train(graph, inputs, steps)
+            rows += _memory_rows(memory_rows, graph, model, mesh, "dp", cluster)
             limit = _tight_limit(read_job(graph._full_graph_proto), cluster, memory_fraction)
             baseline[model, optimizer] = (dp, limit, time.perf_counter() - start)
         dp, limit, dp_seconds = baseline[model, optimizer]
@@ -122,10 +133,13 @@ def compare(
                 "seconds": [dp_seconds, time.perf_counter() - start],
             }
         )
+        rows += _memory_rows(memory_rows, graph, model, mesh, planner, cluster)
     graph = None
     _release_together(alive)
     logging.getLogger("oneflow_autoddl").removeHandler(records)
     out = {"results": results, "warnings": records.lines}
+    if memory_rows:
+        out["memory_rows"] = rows
     if with_fallbacks:
         out["fallbacks"] = fallbacks()
     return out

@@ -54,7 +54,7 @@ def _copies(graph, first=None):
     return out
 
 
-def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local"):
+def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local", vgg_plans=PLANS):
     dump_plans()
     dp_graph, inputs = models.build("gpt", mesh, plan="dp")
     dp = _train(dp_graph, inputs, steps)
@@ -63,7 +63,7 @@ def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local"):
     limit = 0.9 * predicted(dp_graph, cluster).peak_memory_per_device
     kept, inputs = models.build("gpt", mesh, plan="autoddl", memory_per_device=limit)
     kept_losses = _train(kept, inputs, steps)
-    rows = measure(mesh, ["gpt"], ["megatron"]) + measure(mesh, ["vgg"], PLANS)
+    rows = measure(mesh, ["gpt"], ["megatron"]) + measure(mesh, ["vgg"], vgg_plans)
     if flow.env.get_rank() == 0:
         rows += [memory_row(g, "gpt", mesh, p) for g, p in ((dp_graph, "dp"), (kept, "autoddl"))]
     plan = oneflow_autoddl.plan_of(kept)

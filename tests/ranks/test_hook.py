@@ -4,12 +4,10 @@ compiled as planned, fallbacks that name the op, OneFlow's planner on request.""
 import numpy as np
 import pytest
 
-# Each model once, each optimizer once (the suite must stay under 10 minutes on 2 cores)
+# Each model once, each optimizer once (the suite must stay under 10 minutes on 2 cores); on
+# 2 x 2, tests.ranks.cases.HOOK_CASES_2D, in the launch shared with other modules
 CASES = [["gpt", "adam", "autoddl"], ["vgg", "sgd", "autoddl"]]
 NATIVE = [["gpt", "adam", "native"]]  # OneFlow's own pass, once: it is OneFlow's to test
-# on 2 x 2 the VGG: the GPT's AutoDDL plans on 2 x 2 train beside data parallel in
-# test_memory and test_multinode
-CASES_2D = [CASES[1]]
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +20,10 @@ def on_two(ranks):
 
 
 @pytest.fixture(scope="module", params=["2", "2x2"], ids=["mesh2", "mesh2x2"])
-def runs(request, ranks):
+def runs(request):
     if request.param == "2":
         return "2", request.getfixturevalue("on_two")
-    return "2x2", ranks(
-        "tests.ranks.rank_hook:compare", 4, timeout=600, cases=CASES_2D, mesh="2x2"
-    )[0]
+    return "2x2", request.getfixturevalue("two_by_two")["hook"]
 
 
 @pytest.mark.ranks

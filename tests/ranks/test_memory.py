@@ -1,4 +1,5 @@
-"""Memory on a 2 x 2 mesh of CPU ranks, in one launch (tests.ranks.rank_recompute):
+"""Memory on a 2 x 2 mesh of CPU ranks, in the launch shared with other modules (conftest's
+two_by_two; tests.ranks.rank_recompute):
 
 - predicted peak memory per rank within 15% of what OneFlow allocates, for data parallel,
   Megatron-style and AutoDDL plans of the examples' GPT and VGG;
@@ -12,8 +13,8 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def out(ranks):
-    return ranks("tests.ranks.rank_recompute:run", 4, timeout=900)[0]
+def out(two_by_two):
+    return two_by_two
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,8 @@ reads its plan from the cache, and a changed shape or cluster does not."""
 
 import pytest
 
+from tests.ranks.cases import PLANNING_CASE as CASE
 from tests.unit.test_pinned_plans import current
-
-CASE = "gpt@2x2"  # the examples' GPT on 2 x 2: tied layers, every objective, the flat seed
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +21,9 @@ def on_two(ranks, tmp_path_factory):
 
 
 @pytest.mark.ranks
-def test_one_two_and_four_ranks_plan_alike(ranks, on_two):
-    plans = {1: [current(CASE)], 2: on_two[1]}
-    plans[4] = ranks("tests.ranks.rank_planning:plan_together", 4, case=CASE)
+def test_one_two_and_four_ranks_plan_alike(on_two, two_by_two):
+    """On 4 ranks in the shared launch on 2 x 2 (conftest's two_by_two)."""
+    plans = {1: [current(CASE)], 2: on_two[1], 4: two_by_two["planned"]}
     digests = {r["digest"] for rows in plans.values() for r in rows}
     print({n: [round(r.get("seconds", 0.0), 2) for r in rows] for n, rows in plans.items()})
     assert len(digests) == 1, plans
