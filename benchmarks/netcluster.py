@@ -11,7 +11,10 @@ Node k is the namespace `autoddl-NAME-nK` with one interface, `eth0` at 10.213.0
 whose peer is a port of a bridge in the namespace `autoddl-NAME-sw` (the switch). A token
 bucket (`tc tbf`, this kernel has no netem) limits each end to the rate: what a node sends
 (its eth0) and what it receives (its port on the switch). A node's ranks talk to each other over
-their namespace's loopback, at this machine's speed; to other nodes over the limited link.
+their namespace's loopback, at this machine's speed; to other nodes over the limited link. What
+runs on a node runs on its own share of this machine's cores (`node_cores`), as a node's ranks
+would on their own machine: with every rank free to run on every core, runs of steps stalled
+across nodes that never did on one (docs/results.md, Across nodes).
 Everything is made inside those namespaces (both ends of each veth are created there), so
 nothing outside them changes, and `down` deletes them, which deletes their links.
 
@@ -256,6 +259,16 @@ def node_command(cluster: NetCluster, node: int, nproc_per_node: int, port: int)
     )
 
 
+def node_cores(nodes: int, cores: Optional[Sequence[int]] = None) -> List[List[int]]:
+    """The cores each node runs on: `cores` (default: those this process may use) split into
+    `nodes` runs of consecutive ones, as even as they go; where there are more nodes than
+    cores, node k gets core k modulo their number."""
+    cores = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
+    if nodes > len(cores):
+        return [[cores[k % len(cores)]] for k in range(nodes)]
+    return [cores[k * len(cores) // nodes : (k + 1) * len(cores) // nodes] for k in range(nodes)]
+
+
 def run_per_node(
     cluster: NetCluster,
     commands: Sequence[List[str]],
@@ -263,16 +276,18 @@ def run_per_node(
     cwd: Optional[str] = None,
     env: Optional[Dict[str, str]] = None,
 ) -> List[Tuple[Optional[int], str]]:
-    """Run commands[k] in node k's namespace, all at once; (exit code or None on a timeout,
-    output) per node. When one fails the others are given a few seconds, then everything left
-    in the namespaces is killed: a rank whose peer died would wait for it forever."""
+    """Run commands[k] in node k's namespace on node k's cores (node_cores), all at once; (exit
+    code or None on a timeout, output) per node. When one fails the others are given a few
+    seconds, then everything left in the namespaces is killed: a rank whose peer died would
+    wait for it forever."""
     procs, logs = [], []
+    cores = node_cores(cluster.nodes)
     try:
         for node, cmd in enumerate(commands):
             log = tempfile.TemporaryFile("w+")
             logs.append(log)
             full = cmd if cmd[:3] == ["ip", "netns", "exec"] else _in(cluster, node, cmd)
-            procs.append(start_group(full, log, cwd=cwd, env=env))
+            procs.append(start_group(full, log, cwd=cwd, env=env, cores=cores[node]))
         codes = _wait_all(procs, timeout)
     finally:
         for proc in procs:

@@ -93,13 +93,25 @@ def run_script(
 
 
 def start_group(
-    cmd: Sequence[str], log: IO, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None
+    cmd: Sequence[str],
+    log: IO,
+    cwd: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+    cores: Optional[Sequence[int]] = None,
 ) -> subprocess.Popen:
     """`cmd` started in a process group of its own, its output to `log`, registered in
     LAUNCHED_GROUPS: kill_group can end it and everything it started, and tests can check that
-    nothing of it is left."""
+    nothing of it is left. With `cores`, it and everything it starts run on those CPU cores
+    only."""
+    pin = None if cores is None else (lambda: os.sched_setaffinity(0, list(cores)))
     proc = subprocess.Popen(
-        list(cmd), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        list(cmd),
+        cwd=cwd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=pin,
     )
     LAUNCHED_GROUPS.add(proc.pid)
     return proc

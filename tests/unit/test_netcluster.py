@@ -1,10 +1,12 @@
 """The emulated cluster's pieces that need no root: names, commands, refusals, counters."""
 
 import os
+import sys
 
 import pytest
 
 from benchmarks import netcluster
+from oneflow_autoddl import launch
 
 
 def test_it_says_why_it_cannot_make_namespaces(monkeypatch):
@@ -49,3 +51,26 @@ def test_tcp_payload_is_tx_bytes_less_the_headers():
     before = {"tx_bytes": 100, "tx_packets": 1}
     after = {"tx_bytes": 100 + 3 * 66 + 5000, "tx_packets": 4}
     assert netcluster.tcp_payload(before, after) == 5000
+
+
+@pytest.mark.parametrize(
+    "nodes, cores, expected",
+    [
+        (2, [0, 1], [[0], [1]]),
+        (2, [0, 1, 2, 3], [[0, 1], [2, 3]]),
+        (3, [0, 1, 2, 3], [[0], [1], [2, 3]]),
+        (3, [4, 5], [[4], [5], [4]]),
+    ],
+)
+def test_each_node_runs_on_its_own_share_of_the_cores(nodes, cores, expected):
+    assert netcluster.node_cores(nodes, cores) == expected
+
+
+def test_a_group_started_on_cores_runs_there_with_its_children(tmp_path):
+    core = sorted(os.sched_getaffinity(0))[-1]
+    show = "import os; print(sorted(os.sched_getaffinity(0)))"
+    child = f"import subprocess, sys; {show}; subprocess.run([sys.executable, '-c', {show!r}])"
+    with open(tmp_path / "out", "w") as log:
+        proc = launch.start_group([sys.executable, "-c", child], log, cores=[core])
+    proc.wait(timeout=60)
+    assert (tmp_path / "out").read_text().split() == [f"[{core}]", f"[{core}]"]
