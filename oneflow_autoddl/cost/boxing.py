@@ -209,12 +209,16 @@ def _direct_cost(
     axes: Sequence[AxisLinks],
     axis_cost: AxisCost,
     crossing: Crossing = no_crossing,
+    inside: Optional[Link] = None,
 ) -> Transfer:
     """One hop: a 1-D move on each (possibly merged) mesh axis that changes, last axis first.
 
     OneFlow does a hop with one changing axis as that 1-D move in every group; a hop that
     changes both axes only exists on CUDA (NCCL send/recv), costed as the two moves in turn.
-    Each move's bytes across nodes are its `crossing` share.
+    Each move's bytes across nodes are its `crossing` share. With `inside` (the link inside a
+    node, where each device sends to each peer directly, as OneFlow's CPU boxing does), only
+    that share goes at the pace of the slow link across nodes, the rest at `inside`'s; in a
+    ring (NCCL) the slowest link paces every byte.
     """
     hierarchy = [a.size for a in axes]
     numel = math.prod(shape)
@@ -225,10 +229,25 @@ def _direct_cost(
         share = math.prod(hierarchy[k] for k, s in enumerate(state) if k not in ds and s.is_split)
         link = min((axes[d].link for d in ds), key=lambda link: link.bandwidth)
         across = crossing(tuple(ds), collective_of(a, b)) if a.kind != "B" else 0.0
-        total = total + axis_cost(a, b, nbytes / share, numel / share, n, link, across)
+        move = axis_cost(a, b, nbytes / share, numel / share, n, link, across)
+        if inside is not None and 0.0 < across < 1.0:
+            near = axis_cost(a, b, nbytes / share, numel / share, n, inside, across)
+            move = _split_pace(move, near, across)
+        total = total + move
         for d in ds:
             state[d] = b
     return total
+
+
+def _split_pace(far: Transfer, near: Transfer, across: float) -> Transfer:
+    """A move whose `across` share of the bytes crosses nodes at `far`'s pace and the rest stays
+    inside them at `near`'s: the same bytes, the time and latency of each share added."""
+    return Transfer(
+        far.bytes,
+        across * far.time + (1.0 - across) * near.time,
+        across * far.latency + (1.0 - across) * near.latency,
+        far.inter_node_bytes,
+    )
 
 
 def collector_paths(
@@ -468,6 +487,7 @@ class TransitionTable:
         axis_cost: AxisCost,
         cpu_builders: bool = False,
         crossing: Crossing = no_crossing,
+        inside: Optional[Link] = None,
     ):
         self.shape, self.nbytes, self.axes, self.axis_cost = (
             tuple(shape),
@@ -475,7 +495,7 @@ class TransitionTable:
             tuple(axes),
             axis_cost,
         )
-        self.cpu_builders, self.crossing = cpu_builders, crossing
+        self.cpu_builders, self.crossing, self.inside = cpu_builders, crossing, inside
         self.hierarchy = tuple(a.size for a in axes)
         self.routes = routes_for(self.shape, self.hierarchy)
         self._hops: Dict[Tuple[NdSbp, NdSbp], Optional[Transfer]] = {}
@@ -491,7 +511,14 @@ class TransitionTable:
                 self._hops[key] = None
             else:
                 self._hops[key] = _direct_cost(
-                    a, b, self.shape, self.nbytes, self.axes, self.axis_cost, self.crossing
+                    a,
+                    b,
+                    self.shape,
+                    self.nbytes,
+                    self.axes,
+                    self.axis_cost,
+                    self.crossing,
+                    self.inside,
                 )
         return self._hops[key]
 

@@ -66,6 +66,7 @@ class CostModel:
                 self.axis_cost,
                 cpu_builders=self.cluster.backend == "oneflow-cpu",
                 crossing=self.crossing,
+                inside=self.cluster.intra if self.cluster.backend == "oneflow-cpu" else None,
             )
         return table
 

@@ -1,11 +1,13 @@
 """Two link levels: which bytes cross nodes, per mesh axis and per backend."""
 
+import math
+
 import pytest
 
-from oneflow_autoddl.cost.boxing import EVENTFD_BYTES
+from oneflow_autoddl.cost.boxing import EVENTFD_BYTES, oneflow_cpu_axis_cost
 from oneflow_autoddl.cost.cluster import ClusterError, check_launch
 from oneflow_autoddl.cost.model import CostModel
-from oneflow_autoddl.sbp import parse_nd
+from oneflow_autoddl.sbp import B, P, parse_nd
 from tests.unit.test_cost import cluster
 
 SHAPE = (4096, 256)
@@ -108,3 +110,27 @@ def test_a_cluster_that_cannot_describe_the_launch_is_refused_naming_both():
 
 def test_on_one_node_ranks_per_node_asked_for_group_its_ranks_into_nodes():
     assert check_launch(cluster("oneflow-cpu", dpn=2, nodes=2), 1, 4, asked=2) == 2
+
+
+def _all_reduce_across(backend, intra):
+    model = CostModel(cluster(backend, dpn=2, nodes=2, intra=intra, inter=(1e9, 1e-5)), (4,))
+    return model, model.transfer(parse_nd("P"), parse_nd("B"), SHAPE, "float32")
+
+
+def test_cpu_boxing_paces_only_the_bytes_that_cross_nodes_at_the_slow_link():
+    """OneFlow's CPU boxing sends to each peer directly: of 4 ranks on 2 nodes, each rank's piece
+    for the peer on its own node goes at the pace of the link inside the node, the two for the
+    other node at the slow link's."""
+    model, moved = _all_reduce_across("oneflow-cpu", (100e9, 1e-6))
+    args = (P, B, 4.0 * math.prod(SHAPE), float(math.prod(SHAPE)), 4)
+    far = oneflow_cpu_axis_cost(*args, model.cluster.inter, 2 / 3)
+    near = oneflow_cpu_axis_cost(*args, model.cluster.intra, 2 / 3)
+    assert moved.time == pytest.approx(2 / 3 * far.time + 1 / 3 * near.time)
+    assert moved.bytes == far.bytes and moved.inter_node_bytes == far.inter_node_bytes
+    assert near.time < moved.time < far.time
+
+
+def test_a_ring_is_paced_by_its_slowest_link_whatever_the_link_inside_nodes():
+    _, fast = _all_reduce_across("nccl", (100e9, 1e-6))
+    _, slow = _all_reduce_across("nccl", (2e9, 1e-5))
+    assert fast.time == slow.time
