@@ -148,7 +148,7 @@ class Plan:
         record holding one under "plan" (the examples' --json, beside losses and step times),
         so that what a run wrote is what the next run loads."""
         with open(path) as f:
-            data = _decoded(f.read())
+            data = _decoded(f.read(), f"{path} is ")
         if isinstance(data, dict) and "ops" not in data and isinstance(data.get("plan"), dict):
             data = data["plan"]
         return cls.from_dict(data)
@@ -206,12 +206,13 @@ def signature_texts(sig: Signature) -> Dict[str, str]:
     return {bn: format_nd(nd) for bn, nd in sig.items()}
 
 
-def _decoded(text: str) -> Any:
-    """The JSON in `text`; PlanMismatch where it is not JSON."""
+def _decoded(text: str, source: str = "") -> Any:
+    """The JSON in `text`; PlanMismatch where it is not JSON, its message led by `source` (where
+    the text came from, e.g. "FILE is ")."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise PlanMismatch(f"not a plan JSON: {e}") from None
+        raise PlanMismatch(f"{source}not a plan JSON: {e}") from None
 
 
 def _fields(obj: Any) -> Dict[str, Any]:

@@ -28,6 +28,9 @@ def test_a_runs_record_loads_as_the_plan_it_holds(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"losses": [1.0]}))
     with pytest.raises(PlanMismatch, match="not a plan JSON"):
         Plan.load(str(tmp_path / "other.json"))
+    (tmp_path / "broken.json").write_text("{'mesh': 2")
+    with pytest.raises(PlanMismatch, match="broken.json is not a plan JSON"):
+        Plan.load(str(tmp_path / "broken.json"))
 
 
 def test_json_round_trips(tmp_path):
