@@ -59,14 +59,15 @@ class CostModel:
         table = self._tables.get(key)
         if table is None:
             nbytes = math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
+            cpu = self.cluster.backend == "oneflow-cpu"  # boxing sends each peer its piece
             table = self._tables[key] = TransitionTable(
                 tuple(shape),
                 nbytes,
                 self.mapping.axes,
                 self.axis_cost,
-                cpu_builders=self.cluster.backend == "oneflow-cpu",
+                cpu_builders=cpu,
                 crossing=self.crossing,
-                inside=self.cluster.intra if self.cluster.backend == "oneflow-cpu" else None,
+                inside=self.cluster.intra if cpu else None,
             )
         return table
 
