@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from .assemble import assemble
 from .cost.cluster import Cluster, load_cluster
+from .cost.memory import least_peak
 from .errors import PlanningError
 from .ir import CHECKPOINT_COPY_PREFIX, Graph
 from .plan import Plan
@@ -73,22 +74,19 @@ def plan(
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     limit = cluster.memory_bytes if memory_limit is None else memory_limit
     start = time.perf_counter()
-    problem = build_problem(
-        graph, cluster, hold, ranks_per_node, options.tie_layers, options.max_factor_entries
-    )
-    starts = seeds(problem)
+
+    def make(g: Graph) -> Problem:
+        return build_problem(
+            g, cluster, hold, ranks_per_node, options.tie_layers, options.max_factor_entries
+        )
+
     recomputed: List[str] = []
     if strategy == "autoddl":
-
-        def make(g: Graph) -> Problem:
-            return build_problem(
-                g, cluster, hold, ranks_per_node, options.tie_layers, options.max_factor_entries
-            )
-
-        problem, starts, x, recomputed = _autoddl(
-            graph, make, problem, starts, limit, options, executor, bool(hold)
-        )
+        found = _autoddl(graph, cluster, make, limit, options, executor, bool(hold))
+        problem, starts, x, recomputed = found
     else:
+        problem = make(graph)
+        starts = seeds(problem)
         x = starts[strategy]
     result = assemble(
         problem,
@@ -106,9 +104,8 @@ def plan(
 
 def _autoddl(
     graph: Graph,
+    cluster: Cluster,
     make: Callable[[Graph], Problem],
-    problem: Problem,
-    starts: Dict[str, Assignment],
     limit: float,
     options: SearchOptions,
     executor: Executor,
@@ -117,33 +114,45 @@ def _autoddl(
     """(problem, starts, plan, blocks recomputed): the search's plan; where the memory limit
     binds it and the graph has repeated blocks, also the plan with every block recomputed
     (options.recompute): the faster of the two that fit. Where neither does, the recomputed
-    graph's PlanningError, which names the memory it needs with every block recomputed."""
-    x, bound = _search_within(problem, starts, limit, options, executor, held)
-    blocks = _worth_recomputing(graph, problem, options) if bound else []
-    if not blocks:
-        return problem, starts, _or_raise(x), []
+    graph's PlanningError, which names the memory it needs with every block recomputed. Where
+    blocks can be recomputed, a graph whose least peak (cost.memory.least_peak) is over the limit
+    is not searched as it is: no plan of it can fit."""
+    blocks = _worth_recomputing(graph, cluster, options)
+    found: List[Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]] = []
+    least = least_peak(graph, cluster.reuses_memory) if blocks and math.isfinite(limit) else 0.0
+    if least > limit:
+        log.info(
+            "no plan of the graph as it is fits: it holds at least %.3f GiB per device",
+            least / 2**30,
+        )
+    else:
+        problem = make(graph)
+        starts = seeds(problem)
+        x, bound = _search_within(problem, starts, limit, options, executor, held)
+        if bound and options.recompute and not cluster.reuses_memory:
+            log.info(
+                "the memory limit binds; recomputation frees nothing where memory is not reused"
+            )
+        if not bound or not blocks:
+            return problem, starts, _or_raise(x), []
+        if not isinstance(x, PlanningError):
+            found.append((problem, starts, x, []))
     log.info("the memory limit binds: also planning with %d blocks recomputed", len(blocks))
     redone = make(recompute_graph(graph, blocks))
     redone_starts = seeds(redone)
     y, _ = _search_within(redone, redone_starts, limit, options, executor, held)
-    if isinstance(y, PlanningError) and isinstance(x, PlanningError):
+    if isinstance(y, PlanningError) and not found:
         raise y  # none found, recomputed or not: the error names the memory with recomputation
-    found: List[Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]] = []
-    if not isinstance(x, PlanningError):
-        found.append((problem, starts, x, []))
     if not isinstance(y, PlanningError):
         found.append((redone, redone_starts, y, blocks))
     return min(found, key=lambda f: f[0].evaluate(f[2]).step_time)
 
 
-def _worth_recomputing(graph: Graph, problem: Problem, options: SearchOptions) -> List[str]:
-    """The repeated blocks to plan recomputed (options.recompute): none where the device reuses
-    no memory, since a recomputed block then frees nothing and its copies add to every step
-    (oneflow_autoddl.recompute)."""
-    if not options.recompute:
-        return []
-    if not problem.model.cluster.reuses_memory:
-        log.info("the memory limit binds; recomputation frees nothing where memory is not reused")
+def _worth_recomputing(graph: Graph, cluster: Cluster, options: SearchOptions) -> List[str]:
+    """The repeated blocks to plan recomputed (options.recompute) where the memory limit binds:
+    none where the device reuses no memory, since a recomputed block then frees nothing and its
+    copies add to every step (oneflow_autoddl.recompute)."""
+    if not options.recompute or not cluster.reuses_memory:
         return []
     return repeated_blocks(graph)
 

@@ -297,6 +297,19 @@ class TimelineIndex:
             held += [Held(name, "buffers", allocated(b), *span) for b in blobs]
 
 
+def least_peak(graph: Graph, reuse: bool) -> float:
+    """Bytes below the peak of every plan of `graph`: each output of the main placement held over
+    its span (as a timeline holds it) at its bytes over the placement's devices, less than any
+    SBP leaves a device; no boxing, no scratch. Cheap (no candidates), so a graph that cannot
+    fit a limit is known before it is planned."""
+    index = TimelineIndex(graph, reuse)
+    size = graph.main_placement().size
+    outputs = [out for _, outs, _, _ in index.ops for out in outs]
+    least = [math.prod(o.tensor.shape) * DTYPE_BYTES.get(o.tensor.dtype, 4) / size for o in outputs]
+    starts, ends = [o.span[0] for o in outputs], [o.span[1] for o in outputs]
+    return float(step_usage(starts, ends, least, len(index.names)).max(initial=0.0))
+
+
 def timeline(
     graph: Graph,
     signature_of: SignatureOf,

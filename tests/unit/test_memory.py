@@ -7,7 +7,13 @@ import pytest
 
 from oneflow_autoddl.cost.buffers import nccl_move_blobs, oneflow_cpu_move_blobs
 from oneflow_autoddl.cost.cluster import load_cluster
-from oneflow_autoddl.cost.memory import allocated, step_order, timeline, workspace_bytes
+from oneflow_autoddl.cost.memory import (
+    allocated,
+    least_peak,
+    step_order,
+    timeline,
+    workspace_bytes,
+)
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.errors import PlanningError
 from oneflow_autoddl.ir import Graph, Op, Placement, Tensor
@@ -251,6 +257,32 @@ def test_where_no_plan_fits_the_repeated_blocks_are_recomputed():
     assert p.recompute == blocks
     assert p.predicted.peak_memory_per_device <= (redo + keep) / 2
     assert set(p.ops) | set(p.unplanned_ops) == set(g.ops)
+
+
+def test_a_graph_whose_least_peak_is_over_the_limit_is_planned_recomputed_only(caplog):
+    """cost.memory.least_peak, from the graph alone, is below the peak of every plan and of the
+    items' least; where it is over the limit, the graph as it is is not searched and the
+    recomputed plan fits."""
+    from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.recompute import recompute_graph
+    from oneflow_autoddl.search.fit import Memory
+    from oneflow_autoddl.search.memory import peak_memory
+    from oneflow_autoddl.search.seeds import seeds
+    from oneflow_autoddl.search.ties import repeated_blocks
+
+    g = build_gpt(2, 1024, 16, 256, 50257, 64, (4,))
+    cluster = load_cluster("dgx-a100")
+    kept = build_problem(g, cluster)
+    least = least_peak(g, reuse=True)
+    assert least <= float(Memory(kept).least().max()) <= least * 1.01
+    assert all(least < peak_memory(kept, x).bytes for x in seeds(kept).values())
+    blocks = repeated_blocks(g)
+    redo = float(Memory(build_problem(recompute_graph(g, blocks), cluster)).least().max())
+    with caplog.at_level("INFO", logger="oneflow_autoddl.planner"):
+        p = plan(g, cluster, memory_limit=(redo + least) / 2)
+    assert "no plan of the graph as it is fits" in caplog.text
+    assert p.recompute == blocks
+    assert p.predicted.peak_memory_per_device <= (redo + least) / 2
 
 
 def test_below_the_least_memory_with_recomputation_the_error_names_that_least():
