@@ -21,7 +21,7 @@ start when it has moved its bytes and its latency has passed.
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Collection, List, Mapping, Tuple
+from typing import Collection, List, Mapping, Sequence, Tuple, Union
 
 from ..ir import Graph
 
@@ -57,33 +57,41 @@ class Scheduler:
         ]
 
     def run(
-        self, op_compute: Mapping[str, float], boxings: Boxings, overlap: float, on_cpu: bool
+        self,
+        op_compute: Union[Sequence[float], Mapping[str, float]],
+        boxings: Boxings,
+        overlap: float,
+        on_cpu: bool,
     ) -> Schedule:
-        """`op_compute`: seconds per op; `boxings`: per boxed tensor, its time, its latency and the
-        consumers that wait for it (the others take it as produced); `overlap`: the fraction of
-        the time a boxing moves bytes that the compute stream is free for other ops; `on_cpu`:
-        whether boxing is the device's CPU work (its waits hold the compute stream, boxings do
-        not queue) or a stream's of its own (boxings queue, waits included, the compute free)."""
+        """`op_compute`: seconds per op, by name or listed in the graph's order; `boxings`: per
+        boxed tensor, its time, its latency and the consumers that wait for it (the others take
+        it as produced); `overlap`: the fraction of the time a boxing moves bytes that the
+        compute stream is free for other ops; `on_cpu`: whether boxing is the device's CPU work
+        (its waits hold the compute stream, boxings do not queue) or a stream's of its own
+        (boxings queue, waits included, the compute free)."""
+        names = self.names
+        if isinstance(op_compute, Mapping):
+            op_compute = [op_compute.get(name, 0.0) for name in names]
         if on_cpu and overlap == 0.0:
             return self._serial(op_compute, boxings)
-        names, outputs, push, pop = self.names, self.outputs, heapq.heappush, heapq.heappop
-        spend = [op_compute.get(name, 0.0) for name in names]
+        outputs, push, pop, get = self.outputs, heapq.heappush, heapq.heappop, boxings.get
         waiting, earliest = list(self.inputs), [0.0] * len(names)
-        pending: List[Tuple[float, int]] = [(0.0, i) for i, w in enumerate(waiting) if w == 0]
-        ready: List[int] = []  # ops whose inputs are there; `pending`: (inputs at, op)
+        ready = [i for i, w in enumerate(waiting) if w == 0]  # inputs there, by graph order
+        pending: List[Tuple[float, int]] = []  # (when its inputs come, op), later than now
         clock = comm_free = busy = end = 0.0
         order: List[int] = []
         for _ in names:
-            if not ready and pending[0][0] > clock:  # nothing to run: idle until inputs come
-                clock = pending[0][0]
-            while pending and pending[0][0] <= clock:
-                push(ready, pop(pending)[1])
+            if pending and (not ready or pending[0][0] <= clock):
+                if not ready:  # nothing to run: idle until inputs come
+                    clock = max(clock, pending[0][0])
+                while pending and pending[0][0] <= clock:
+                    push(ready, pop(pending)[1])
             i = pop(ready)
             order.append(i)
-            clock, busy = clock + spend[i], busy + spend[i]
+            clock, busy = clock + op_compute[i], busy + op_compute[i]
             for lbn, consumers in outputs[i]:
                 produced = boxed = clock
-                seconds, latency, boxed_consumers = boxings.get(lbn, _UNBOXED)
+                seconds, latency, boxed_consumers = get(lbn, _UNBOXED)
                 if seconds:
                     moving = seconds - latency
                     comm_free = max(comm_free, clock) + (moving if on_cpu else seconds)
@@ -96,18 +104,20 @@ class Scheduler:
                         earliest[j] = at
                     waiting[j] -= 1
                     if waiting[j] == 0:
-                        push(pending, (earliest[j], j))
+                        if earliest[j] <= clock:
+                            push(ready, j)
+                        else:
+                            push(pending, (earliest[j], j))
         step = max(clock, end)
         return Schedule(step, step - busy, [names[i] for i in order])
 
-    def _serial(self, op_compute: Mapping[str, float], boxings: Boxings) -> Schedule:
+    def _serial(self, op_compute: Sequence[float], boxings: Boxings) -> Schedule:
         """`run` where every boxing holds the rank for all of its time (CPU work, no overlap): a
         boxing ends when the compute stream is past it, so no op waits for an input, the ops run
         in the graph's (topological) order and the step is the sum of the compute and of the
         boxings, added up in that order."""
         clock = busy = 0.0
-        for i, name in enumerate(self.names):
-            spent = op_compute.get(name, 0.0)
+        for i, spent in enumerate(op_compute):
             clock, busy = clock + spent, busy + spent
             for lbn, _ in self.outputs[i]:
                 seconds = boxings.get(lbn, _UNBOXED)[0]

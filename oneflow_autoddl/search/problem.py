@@ -612,9 +612,7 @@ class Problem:
                 b.comm_time += tr.time
                 b.bytes_per_device += tr.bytes
         cluster = self.model.cluster
-        schedule = self.scheduler.run(
-            b.op_compute, waiting, cluster.comm_overlap, cluster.boxing_on_cpu
-        )
+        schedule = self.scheduler.run(times, waiting, cluster.comm_overlap, cluster.boxing_on_cpu)
         b.step_time, b.exposed_comm_time = schedule.step_time, schedule.exposed_comm_time
         return b
 
