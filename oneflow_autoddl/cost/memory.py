@@ -24,7 +24,7 @@ blob is allocated once and held for the whole step, so the peak is the sum of ev
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -248,10 +248,14 @@ class TimelineIndex:
         fixed = variable or not spans.reuse
         return _Tensor(lbn, t.obn, kind, span, fixed, t, variable, readers, op.placement.size > 1)
 
-    def timeline(self, signature_of: SignatureOf, model: CostModel) -> Timeline:
+    def timeline(
+        self, signature_of: SignatureOf, model: CostModel, boxed: Optional[Set[str]] = None
+    ) -> Timeline:
         """Every blob the main placement's most loaded device holds over a step under these
         signatures: each output, its boxings' blobs (grouped by the SBP their readers take it
-        in), the write-back's local copy of a split variable that is boxed, kernel scratch."""
+        in), the write-back's local copy of a split variable that is boxed, kernel scratch.
+        `boxed`, where given, holds every tensor some reader takes in another SBP (more do no
+        harm): the others' readers are not looked at."""
         signatures = {name: signature_of(name) for name in self.names}
         line = Timeline(len(self.names), self.names)
         held = line.held
@@ -262,7 +266,7 @@ class TimelineIndex:
                 src = sig[out.obn]
                 nbytes = tensor_bytes(out.tensor, src, hierarchy)
                 held.append(Held(out.lbn, out.kind, nbytes, *out.span))
-                if out.boxable:
+                if out.boxable and (boxed is None or out.lbn in boxed):
                     self._boxings(held, out, src, nbytes, signatures, model, hierarchy)
             if work:
                 scratch = workspace_bytes(self.graph, op, sig)
@@ -316,9 +320,11 @@ def timeline(
     model: CostModel,
     order: Optional[Sequence[str]] = None,
     index: Optional[TimelineIndex] = None,
+    boxed: Optional[Set[str]] = None,
 ) -> Timeline:
     """Every blob the main placement's most loaded device holds over a step under these
     signatures (ops on other placements, e.g. the train-step counter, are left out); `index`,
-    the graph's TimelineIndex in this order for this model's reuse, spares gathering it."""
+    the graph's TimelineIndex in this order for this model's reuse, spares gathering it;
+    `boxed`: see TimelineIndex.timeline."""
     index = index or TimelineIndex(graph, model.cluster.reuses_memory, order)
-    return index.timeline(signature_of, model)
+    return index.timeline(signature_of, model, boxed)

@@ -18,6 +18,7 @@ only add bytes.
 """
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -217,9 +218,9 @@ def peak_memory(problem: Problem, x: Sequence[int], order: Optional[Sequence[str
     if order is None and problem.timeline_index is None:
         problem.timeline_index = TimelineIndex(problem.graph, problem.model.cluster.reuses_memory)
     index = problem.timeline_index if order is None else None
-    found = timeline(
-        problem.graph, lambda name: problem.signature(name, x), problem.model, order, index
-    ).peak()
+    signature = partial(problem.signature, x=x)
+    boxed = problem.boxed_lbns(x)
+    found = timeline(problem.graph, signature, problem.model, order, index, boxed).peak()
     if order is None:
         problem.peaks[key] = found
     return found

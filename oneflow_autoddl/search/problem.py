@@ -656,6 +656,10 @@ class Problem:
             np.array([ends.remote > 0 for ends in self.ends]),
         )
 
+    def boxed_lbns(self, x: Sequence[int]) -> Set[str]:
+        """The tensors some consumer reads in another SBP, or on another placement, under x."""
+        return {self.ends[i].tensor.lbn for i in self._boxed_tensors(x)}
+
     def _boxed_tensors(self, x: Sequence[int]) -> np.ndarray:
         """Indices into self.ends of the tensors some consumer reads in another SBP, or on another
         placement."""
