@@ -62,13 +62,14 @@ def parameter_stages(graph: Graph, signature_of: SignatureOf) -> Dict[str, str]:
 def stage_shares(graph: Graph, signature_of: SignatureOf) -> Dict[str, float]:
     """Stage -> the share of the parameters' bytes (logical, whole tensors) it covers; stages
     covering nothing are left out."""
+    stages = parameter_stages(graph, signature_of)
     nbytes = {
         name: sum(graph.tensor(lbn).nbytes for lbn in graph.op(name).outputs.values())
-        for name in parameter_stages(graph, signature_of)
+        for name in stages
     }
     total = max(sum(nbytes.values()), 1)
     shares: Dict[str, float] = {}
-    for name, stage in parameter_stages(graph, signature_of).items():
+    for name, stage in stages.items():
         shares[stage] = shares.get(stage, 0.0) + nbytes[name] / total
     return {s: shares[s] for s in STAGES if s in shares}
 
