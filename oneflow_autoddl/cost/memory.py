@@ -306,12 +306,18 @@ def least_peak(graph: Graph, reuse: bool) -> float:
     its span (as a timeline holds it) at its bytes over the placement's devices, less than any
     SBP leaves a device; no boxing, no scratch. Cheap (no candidates), so a graph that cannot
     fit a limit is known before it is planned."""
-    index = TimelineIndex(graph, reuse)
-    size = graph.main_placement().size
-    outputs = [out for _, outs, _, _ in index.ops for out in outs]
-    least = [math.prod(o.tensor.shape) * DTYPE_BYTES.get(o.tensor.dtype, 4) / size for o in outputs]
-    starts, ends = [o.span[0] for o in outputs], [o.span[1] for o in outputs]
-    return float(step_usage(starts, ends, least, len(index.names)).max(initial=0.0))
+    steps = step_order(graph)
+    spans, mesh = Spans(graph, steps, reuse), graph.main_placement()
+    outputs = [
+        graph.tensor(lbn)
+        for op in graph.ops.values()
+        if op.placement == mesh and op.role != "system"
+        for lbn in op.outputs.values()
+    ]
+    held = [spans.tensor(t.lbn) for t in outputs]
+    least = [math.prod(t.shape) * DTYPE_BYTES.get(t.dtype, 4) / mesh.size for t in outputs]
+    starts, ends = [s for s, _ in held], [e for _, e in held]
+    return float(step_usage(starts, ends, least, len(steps)).max(initial=0.0))
 
 
 def timeline(
