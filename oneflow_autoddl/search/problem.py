@@ -17,7 +17,7 @@ is always exact.
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -72,6 +72,7 @@ class TensorEnds:
     producer: Endpoint
     consumers: List[Endpoint]
     remote: int  # other placements its consumers run on (costed as a full copy to each)
+    readers: FrozenSet[str]  # every op that reads it, on any placement
 
 
 @dataclass
@@ -157,7 +158,9 @@ class Problem:
             self._vars_of.append(tuple(sorted({v for v, _ in ends_at})))
             for v in sorted({v for v, u in ends_at if u == self.var_units[v][0]}):
                 self._tensors_of[v].append(i)
-        self._transfer_memo: Dict[Tuple[int, Tuple[int, ...]], Tuple[Transfer, Set[str]]] = {}
+        self._transfer_memo: Dict[
+            Tuple[int, Tuple[int, ...]], Tuple[Transfer, AbstractSet[str]]
+        ] = {}
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
         self._around: Dict[int, Tuple[int, ...]] = {}
         # search.memory's boxing blob bytes, by (SBPs, shape, dtype)
@@ -247,7 +250,9 @@ class Problem:
                     remote.add(
                         self.graph.op(c).placement
                     )  # boxed once per placement (grouped by OneFlow)
-            self.ends.append(TensorEnds(t, self._endpoint(t.producer, t.obn), local, len(remote)))
+            readers = frozenset(c for c, _ in t.consumers)
+            producer_end = self._endpoint(t.producer, t.obn)
+            self.ends.append(TensorEnds(t, producer_end, local, len(remote), readers))
 
     def sbp_ids(self, e: Endpoint) -> np.ndarray:
         """Candidate index -> an id of the SBP endpoint e's blob takes (equal ids, equal SBPs)."""
@@ -580,7 +585,7 @@ class Problem:
         a, b = self._sbp_of_id[src], self._sbp_of_id[dst]
         return self.model.transfer(a, b, t.shape, t.dtype).bytes
 
-    def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
+    def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, AbstractSet[str]]:
         """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
         (the final picks weigh many assignments one variable apart)."""
         key = (i, tuple(x[v] for v in self._vars_of[i]))
@@ -670,11 +675,12 @@ class Problem:
         differs[c_tensor[ids[c_start + xa[c_var]] != src[c_tensor]]] = True
         return np.flatnonzero(differs)
 
-    def _tensor_transfer(self, ends: TensorEnds, x: Sequence[int]) -> Tuple[Transfer, Set[str]]:
+    def _tensor_transfer(
+        self, ends: TensorEnds, x: Sequence[int]
+    ) -> Tuple[Transfer, AbstractSet[str]]:
         """One tensor's boxing under x, and the consumers that read it through it (on another
         placement, or in another SBP than its producer's)."""
-        t = ends.tensor
-        everyone = {c for c, _ in t.consumers}
+        t, everyone = ends.tensor, ends.readers
         src = self.sbp_at(ends.producer, x[ends.producer.var])
         targets, unboxed = [], set()
         for c in ends.consumers:
