@@ -90,8 +90,12 @@ def summary(plan: Plan) -> str:
         f"peak memory per device {_mib(p.peak_memory_per_device)} MiB "
         f"({_kinds(p.peak_memory_by_kind)}) at {p.peak_memory_op or '-'}; "
         f"ZeRO: {zero.describe(p.zero_stages)}",
-        comparison_table(plan),
     ]
+    if plan.recompute:
+        lines.append(
+            f"every plan below recomputes the same {len(plan.recompute)} modules in backward"
+        )
+    lines.append(comparison_table(plan))
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)
 

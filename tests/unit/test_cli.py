@@ -52,6 +52,7 @@ def test_gpt3_at_its_training_batch_fits_1024_a100s_with_recompute_in_bf16(tmp_p
     assert out.returncode == 0, out.stderr
     assert "| autoddl" in out.stdout and "| megatron" in out.stdout
     assert "precision mixed bfloat16" in out.stdout and "recomputed: model.h." in out.stdout
+    assert "every plan below recomputes the same 95 modules in backward" in out.stdout
     plan = json.loads((tmp_path / "p.json").read_text())
     print(f"\nGPT-3 175B b1536 bf16 on 128x8 dgx-a100: search {plan['search_time_s']:.2f} s")
     limit = plan["memory_limit_bytes"]
