@@ -215,7 +215,8 @@ def search(
     flat = flat_seed(problem, options, executor, held) if options.flat_seed else None
     if flat is not None:
         experts.append(flat)
-    best = descend_and_refine(problem, experts, 0.0, options, executor)
+    bound = not any(_fits(problem, x, limit) for x in experts)
+    best = _unconstrained(problem, experts, limit, options, executor, bound)
     if _fits(problem, best, limit):
         return best, False
     memory = memory or Memory(problem)
@@ -225,6 +226,24 @@ def search(
     if not _fits(problem, x, limit):
         raise none_found(problem, x, limit, memory)
     return x, True
+
+
+def _unconstrained(
+    problem: Problem,
+    starts: List[Assignment],
+    limit: float,
+    options: SearchOptions,
+    executor: Executor,
+    bound: bool,
+) -> Assignment:
+    """The fastest plan found regardless of memory. Where the limit is known to bind (`bound`: no
+    start fits), the descents' pick only: it starts the memory fit, whose every round refines
+    its own plan; refined as well in case it fits after all."""
+    if bound:
+        best = descend_and_pick(problem, starts, options, executor)
+        if not _fits(problem, best, limit):
+            return best
+    return descend_and_refine(problem, starts, 0.0, options, executor)
 
 
 def _fastest_fitting(
