@@ -222,7 +222,7 @@ def search(
     memory = memory or Memory(problem)
     check_fits(problem, limit, memory)
     fitted = fit_memory(problem, best, limit, options, executor, memory)
-    x = _fastest_fitting(problem, [fitted] + experts, limit, memory, options)
+    x = _fastest_fitting(problem, fitted, experts, limit, memory, options)
     if not _fits(problem, x, limit):
         raise none_found(problem, x, limit, memory)
     return x, True
@@ -248,18 +248,25 @@ def _unconstrained(
 
 def _fastest_fitting(
     problem: Problem,
-    candidates: List[Assignment],
+    fitted: Assignment,
+    experts: List[Assignment],
     limit: float,
     memory: Memory,
     options: SearchOptions,
 ) -> Assignment:
-    """The pick among the candidates that fit `limit` (the first where none does): the memory
-    fit settles on the first price at which a plan fits, which can be slower than a start that
-    fits as it is (an expert plan). The items' bound, at most BOUND_SLACK over the exact peak on
-    the plans measured (tests/unit/test_memory.py), spares the timelines of plans far over."""
-    near = [x for x in candidates if memory.usage(x).max() <= limit * BOUND_SLACK]
-    fitting = [x for x in near if _fits(problem, x, limit)]
-    return pick(problem, fitting, 0.0, options) if fitting else candidates[0]
+    """The pick of the memory fit's plan and the experts that fit `limit` (the fit's plan where
+    none does), no slower than any of those experts (search.select.pick's bytes tie may trade
+    a little time for bytes, but not for a plan slower than an expert that fits): the memory fit
+    settles on the first price at which a plan fits, which can be slower than a start that fits
+    as it is. The items' bound, at most BOUND_SLACK over the exact peak on the plans measured
+    (tests/unit/test_memory.py), spares the timelines of plans far over."""
+
+    def fits(x: Assignment) -> bool:
+        return memory.usage(x).max() <= limit * BOUND_SLACK and _fits(problem, x, limit)
+
+    fitting_experts = [x for x in experts if fits(x)]
+    pool = ([fitted] if fits(fitted) else []) + fitting_experts
+    return pick(problem, pool, 0.0, options, fitting_experts) if pool else fitted
 
 
 def flat_seed(

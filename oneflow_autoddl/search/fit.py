@@ -5,7 +5,8 @@ what each op's outputs, scratch buffers and boxings hold, and when). Memory is p
 descents' objective per time step (search.prices, a Lagrangian relaxation): where a plan's peak
 is over the limit, the steps over it gain a price, raised round by round until a plan fits;
 then the price is bisected back towards the cheapest that still fits, since a dearer price
-gives up more step time than the limit asks for.
+gives up more step time than the limit asks for; last, unpriced moves take back what time they
+can within the limit (search.tighten).
 """
 
 import logging
@@ -25,6 +26,7 @@ from .options import SearchOptions
 from .prices import StepPrices, lower_bound, step_prices
 from .problem import Price, Problem
 from .select import pick, refine
+from .tighten import tighten
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +198,9 @@ def fit_memory(
             hi, fit = mid, pick(problem, [fit, x], 0.0, options)
         else:
             lo = mid
+    if memory.usage(fit).max() <= limit:  # the items fit too, as tighten keeps them
+        tight = tighten(problem, fit, limit, memory.items, memory.steps, options)
+        fit = pick(problem, [fit, tight], 0.0, options)
     log.info(
         "memory limit %s: peak %s (unconstrained best %s)",
         _gib(limit),

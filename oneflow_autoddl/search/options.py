@@ -66,6 +66,9 @@ class SearchOptions:
     # bisections of the interval back towards the cheapest price that fits.
     penalty_rounds: int = 12
     bisections: int = 2
+    # Passes of unpriced moves that keep a fitted plan within the limit (search.tighten): each
+    # re-solves every group of the descent and then every variable alone.
+    tighten_passes: int = 3
     # Where no plan fits, recompute the activations of every repeated block (search.ties) in
     # backward, as OneFlow's activation checkpointing does, and search that graph
     # (oneflow_autoddl.recompute): a block then holds its inputs only, for one more forward.

@@ -535,7 +535,7 @@ def test_where_memory_binds_the_search_returns_no_plan_slower_than_a_start_that_
     plans = [baselines.replicated(problem), baselines.data_parallel(problem)]
     slow, fast = sorted(plans, key=lambda x: problem.evaluate(x).step_time)[::-1]
     roomy = max(peak_memory(problem, x).bytes for x in plans)
-    assert _fastest_fitting(problem, [slow, fast], roomy, memory, SearchOptions()) == fast
+    assert _fastest_fitting(problem, slow, [fast], roomy, memory, SearchOptions()) == fast
     tight = min(peak_memory(problem, x).bytes for x in plans)
     fitting = next(x for x in plans if peak_memory(problem, x).bytes <= tight)
-    assert _fastest_fitting(problem, [slow, fast], tight, memory, SearchOptions()) == fitting
+    assert _fastest_fitting(problem, slow, [fast], tight, memory, SearchOptions()) == fitting
