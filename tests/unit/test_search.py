@@ -539,3 +539,39 @@ def test_where_memory_binds_the_search_returns_no_plan_slower_than_a_start_that_
     tight = min(peak_memory(problem, x).bytes for x in plans)
     fitting = next(x for x in plans if peak_memory(problem, x).bytes <= tight)
     assert _fastest_fitting(problem, slow, [fast], tight, memory, SearchOptions()) == fitting
+
+
+def test_the_last_pick_trades_no_time_for_bytes_against_an_expert_that_fits():
+    """The pick's bytes tie takes a plan up to 3% slower that moves fewer bytes; against an expert
+    plan that fits, the memory fit's plan may not be slower (plan_quality's GPT-13B on 8 A100s:
+    the fit's 11.882 s won over Megatron-style's 11.857 s by its bytes)."""
+    from oneflow_autoddl.cost.memory import Peak
+    from oneflow_autoddl.planner import _fastest_fitting
+    from oneflow_autoddl.search.options import SearchOptions
+    from oneflow_autoddl.search.problem import Breakdown
+    from oneflow_autoddl.search.select import pick
+
+    class Plans:  # a Problem as pick and _fastest_fitting read it: two plans, both fitting
+        figures = {(0,): (1.000, 100.0), (1,): (1.002, 50.0)}  # step s, bytes
+        peaks = {x: Peak(1.0, 0, "op", {}) for x in figures}
+
+        def objective(self, x, *_):
+            return self.figures[tuple(x)][0]
+
+        def memory_cost(self, x, weight):
+            return 0.0
+
+        def compute_of(self, x):
+            return 0.5
+
+        def evaluate(self, x):
+            step, sent = self.figures[tuple(x)]
+            return Breakdown(step, 0.5, 0.5, 0.0, sent, 0.0)
+
+    class Room:  # memory items far within any limit
+        def usage(self, x):
+            return np.zeros(1)
+
+    expert, fitted = [0], [1]
+    assert pick(Plans(), [fitted, expert], 0.0, SearchOptions()) == fitted  # the bytes tie
+    assert _fastest_fitting(Plans(), fitted, [expert], 2.0, Room(), SearchOptions()) == expert
