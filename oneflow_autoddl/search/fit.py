@@ -198,8 +198,10 @@ def fit_memory(
             hi, fit = mid, pick(problem, [fit, x], 0.0, options)
         else:
             lo = mid
-    if memory.usage(fit).max() <= limit:  # the items fit too, as tighten keeps them
-        tight = tighten(problem, fit, limit, memory.items, memory.steps, options)
+    # the items bound the exact peak from above: as far over the limit as the fit's own items
+    budget = max(limit, float(memory.usage(fit).max()))
+    tight = tighten(problem, fit, budget, memory.items, memory.steps, options)
+    if memory.peak(tight) <= limit:
         fit = pick(problem, [fit, tight], 0.0, options)
     log.info(
         "memory limit %s: peak %s (unconstrained best %s)",

@@ -54,9 +54,9 @@ def tighten(
     steps: int,
     options: SearchOptions,
 ) -> Assignment:
-    """x (whose items fit `limit`) after unpriced group re-solves and single-variable moves that
-    lower the objective and keep the items within `limit`, in up to `options.tighten_passes`
-    passes (until one keeps none)."""
+    """x (whose items are within `limit`) after unpriced group re-solves and single-variable
+    moves that lower the objective and keep the items within `limit`, in up to
+    `options.tighten_passes` passes (until one keeps none)."""
     x = list(x)
     held = _Held(items, steps, x)
     unpriced = descent(problem, 0.0, SERIAL, options)
