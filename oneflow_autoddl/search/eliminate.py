@@ -159,16 +159,15 @@ class Program:
         constant = 0.0
         kept = []
         for adds, full, ax, out in self.steps:
-            parts = []
+            total = None
             for fid, order, view in adds:
                 t = slots.pop(fid)
-                parts.append((np.transpose(t, order) if order is not None else t).reshape(view))
-            total = parts[0]
-            for t in parts[1:]:
-                total = total + t
+                t = (t.transpose(order) if order is not None else t).reshape(view)
+                total = t if total is None else total + t
+            assert total is not None  # a step adds the eliminated variable's own table at least
             table = total if total.shape == full else np.broadcast_to(total, full)
             kept.append((table, ax))  # argmin only where read back
-            reduced = np.min(table, axis=ax)
+            reduced = table.min(axis=ax)
             if out >= 0:
                 slots[out] = reduced
             else:
@@ -177,7 +176,7 @@ class Program:
         for (v, rest), (table, ax) in zip(reversed(self.trace), reversed(kept)):
             at: List[Union[int, slice]] = [choice[u] for u in rest]
             at.insert(ax, slice(None))
-            choice[v] = int(np.argmin(table[tuple(at)]))
+            choice[v] = int(table[tuple(at)].argmin())
         return choice, constant
 
 
