@@ -208,14 +208,15 @@ def search(
     PlanningError where no plan can fit (search.fit.check_fits) or none found does (naming the
     leanest found, search.fit.none_found)."""
     experts = list(starts.values())
+    bound = not any(_fits(problem, x, limit) for x in experts)  # no start fits: the limit binds
     memory = None  # what every candidate holds when: built only when it matters
-    if all(problem.memory_of(x) > limit for x in experts):
-        memory = Memory(problem)  # no expert plan fits: first see whether any plan can
+    if bound:
+        memory = Memory(problem)  # first see whether any plan can fit
         check_fits(problem, limit, memory)
     flat = flat_seed(problem, options, executor, held) if options.flat_seed else None
     if flat is not None:
         experts.append(flat)
-    bound = not any(_fits(problem, x, limit) for x in experts)
+        bound = bound and not _fits(problem, flat, limit)
     best = _unconstrained(problem, experts, limit, options, executor, bound)
     if _fits(problem, best, limit):
         return best, False

@@ -198,9 +198,7 @@ def fit_memory(
             hi, fit = mid, pick(problem, [fit, x], 0.0, options)
         else:
             lo = mid
-    # the items bound the exact peak from above: as far over the limit as the fit's own items
-    budget = max(limit, float(memory.usage(fit).max()))
-    tight = tighten(problem, fit, budget, memory.items, memory.steps, options)
+    tight = tighten(problem, fit, limit, memory.items, memory.steps, options)
     if memory.peak(tight) <= limit:
         fit = pick(problem, [fit, tight], 0.0, options)
     log.info(

@@ -54,11 +54,13 @@ def tighten(
     steps: int,
     options: SearchOptions,
 ) -> Assignment:
-    """x (whose items are within `limit`) after unpriced group re-solves and single-variable
-    moves that lower the objective and keep the items within `limit`, in up to
-    `options.tighten_passes` passes (until one keeps none)."""
+    """x after unpriced group re-solves and single-variable moves that lower the objective and
+    keep the items within `limit`, in up to `options.tighten_passes` passes (until one keeps
+    none). Where x's own items are over `limit` (they bound its exact peak from above, which
+    may meet it), within x's: the caller checks the result's exact peak."""
     x = list(x)
     held = _Held(items, steps, x)
+    limit = max(limit, float(held.usage.max(initial=0.0)))
     unpriced = descent(problem, 0.0, SERIAL, options)
     for _ in range(options.tighten_passes):
         moved = False
