@@ -1,18 +1,16 @@
 """An IOPDDL graph solved by the project's search, under the memory limit at every time step.
 
-The graph is first reduced without loss (iopddl.reduce). Then, as search.fit does for a plan:
-coordinate descent (search.descent, exact group re-solves by variable elimination) over random
-partitions of the factor graph into groups of bounded elimination width (search.partition)
-finds the cheapest assignment it can; where its peak is over the limit, the time steps over it
-gain a price per byte (search.prices, a Lagrangian relaxation), raised round by round until an
-assignment fits and then bisected back towards the cheapest price that still does; a greedy
-repair moves the variables at an over-full step to leaner candidates where no price fitted.
-Subgradient steps then move the prices (up where over the limit, down where there is room),
-the descent continuing under each; every result is repaired, tightened by single-variable moves
-along the limit and kept if cheapest. The rest of the time goes to iterated local search: a
-random ball of variables takes random candidates, the groups around it descend again under a
-multiple of the last prices, and the result is kept if it fits and costs less. Only assignments
-that fit are ever returned.
+The graph is first reduced without loss (iopddl.reduce). Then rounds of coordinate descent
+(search.descent, exact group re-solves by variable elimination, over random partitions of the
+factor graph into groups of bounded elimination width: search.partition) each take
+ROUND_PASSES partitions, from where the last round left off, under a price per byte for each
+memory item (search.weights): raised for the items live at a step over the limit, lowered for
+the others, each bisected towards the least that keeps it within the limit. Each round's
+assignment is repaired to fit where it does not (a greedy move of the variables at the fullest
+step to leaner candidates), tightened by single-variable moves along the limit and kept if
+cheapest. The rest of the time goes to iterated local search: a random ball of variables takes
+random candidates, the groups around it descend again under a multiple of the last weights,
+and the result is kept if it fits and costs less. Only assignments that fit are ever returned.
 """
 
 import logging
@@ -28,26 +26,22 @@ from ..search.descent import Descent
 from ..search.factors import FactorGraph, Price
 from ..search.memory import MemoryItem
 from ..search.partition import ball, neighbours, partition
-from ..search.prices import StepPrices, lower_bound, step_prices
+from ..search.prices import StepPrices, lower_bound
+from ..search.weights import ItemWeights, items_over
 from .instance import Instance
 from .reduce import Infeasible, Reduction
 
 log = logging.getLogger(__name__)
 
-PATIENCE = 2  # partitions in a row that lower nothing end a descent
+PATIENCE = 2  # partitions in a row that lower nothing end a kick's descent
 GROUP_VARS = 300  # most variables in one group of a partition
 CHUNK_VARS = 600  # variables a descent takes between looks at the clock
-FIRST_SHARE = 0.15  # of the time, at most, for the unconstrained descent
-FIT_SHARE = 0.5  # of the time, at most, until the price rounds and bisections stop
-PRICE_ROUNDS = 12  # rounds of raising the price of the over-full steps
-BISECTIONS = 4  # of the price, back towards the cheapest that fits
+ROUND_PASSES = 2  # partitions a round descends under one set of item weights
+ROUNDS_SHARE = 0.97  # of the time for the rounds; the rest for the kicks
 KICK = 8  # most variables a kick sets at random
 AROUND = 120  # variables around a kick that descend again
-ASCENT_SHARE = 0.6  # of the time left after the first fit, for the subgradient steps of the prices
-ASCENT_STEP = 1.0  # first subgradient step, in the first assignment's cost per byte of its peak
-ASCENT_DECAY = 0.97  # each step is this times the last
 TIGHTEN_PASSES = 3  # of single-variable moves along the limit after a kick
-LEVELS = (0.0, 0.5, 1.0, 2.0)  # the prices a kick descends under, as multiples of the fitting one
+LEVELS = (0.0, 0.5, 1.0, 2.0)  # the weights a kick descends under, as multiples of the last
 
 
 @dataclass
@@ -58,17 +52,29 @@ class Solved:
 
 
 class Usage:
-    """What an assignment of the reduced graph holds at each time step, in one numpy pass
-    (every item of an IOPDDL graph hangs on one variable)."""
+    """What an assignment of the reduced graph holds at each time step, and what per-item
+    weights cost, each in one numpy pass (every item of an IOPDDL graph hangs on one variable)."""
 
-    def __init__(self, items: Sequence[MemoryItem], steps: int):
+    def __init__(self, items: Sequence[MemoryItem], steps: int, domain: Sequence[int]):
         self.items, self.steps = list(items), steps
         self.var: np.ndarray = np.array([item.vars[0] for item in items], dtype=np.int64)
-        sizes = [len(item.usage) for item in items]
+        sizes: np.ndarray = np.array([len(item.usage) for item in items], dtype=np.int64)
         self.offset: np.ndarray = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         self.flat = np.concatenate([item.usage for item in items]) if items else np.zeros(0)
         self.start: np.ndarray = np.array([item.start for item in items], dtype=np.int64)
         self.end: np.ndarray = np.array([item.end for item in items], dtype=np.int64)
+        self.item_at: np.ndarray = np.repeat(np.arange(len(items)), sizes)  # per flat entry
+        starts: np.ndarray = np.concatenate([[0], np.cumsum(domain)[:-1]]).astype(np.int64)
+        self.candidate_at = starts[self.var[self.item_at]] + np.arange(len(self.flat))
+        self.candidate_at -= self.offset[self.item_at]  # per flat entry: its variable's candidate
+        self.splits = starts[1:]
+        self.candidates = int(np.sum(domain))
+
+    def prices(self, weights: np.ndarray) -> StepPrices:
+        """`weights[i]` per byte item i holds, as extra costs per variable and candidate."""
+        extra = self.flat * weights[self.item_at]
+        flat = np.bincount(self.candidate_at, extra, minlength=self.candidates)
+        return StepPrices(np.split(flat, self.splits), {}, 1.0)
 
     def profile(self, x: Sequence[int]) -> np.ndarray:
         held = self.flat[self.offset + np.asarray(x, dtype=np.int64)[self.var]]
@@ -102,26 +108,31 @@ class Search:
         now = time.monotonic()
         return now + share * max(self.deadline - now, 0.0)
 
-    def prices(self, per_step: np.ndarray) -> StepPrices:
-        return step_prices(self.usage.items, list(self.graph.domain), per_step)
+    def prices(self, weights: np.ndarray) -> StepPrices:
+        return self.usage.prices(weights)
 
     def descend(
-        self, x: List[int], price: Price, variables: Sequence[int], until: Optional[float] = None
+        self,
+        x: List[int],
+        price: Price,
+        variables: Sequence[int],
+        until: Optional[float] = None,
+        passes: Optional[int] = None,
     ) -> List[int]:
-        """x after descents over random partitions of `variables`, until PATIENCE partitions in
-        a row lower nothing (or time is up, or `until` has passed: the groups go a few at a time,
-        so that a large graph's sweep stops near it)."""
-        fails = 0
+        """x after descents over random partitions of `variables`: `passes` of them, or (None)
+        until PATIENCE partitions in a row lower nothing; fewer where time is up or `until` has
+        passed (the groups go a few at a time, so that a large graph's sweep stops near it)."""
+        fails, done = 0, 0
         value = self.graph.objective(x, price)
-        while fails < PATIENCE and self._time_left(until):
+        while fails < PATIENCE and done != passes and self._time_left(until):
             groups = partition(self.graph, self.near, variables, self.rng, GROUP_VARS)
             for chunk in _chunks(groups, CHUNK_VARS):
                 if not self._time_left(until):
                     break
                 x = Descent(self.graph, price, chunk).run(x, max_sweeps=3)
             new = self.graph.objective(x, price)
-            fails = 0 if new < value else fails + 1
-            value = new
+            fails = 0 if new < value or passes is not None else fails + 1
+            value, done = new, done + 1
         return x
 
     def consider(self, x: List[int]) -> bool:
@@ -136,61 +147,29 @@ class Search:
             log.debug("fits: cost %.6g peak %.4g of %.4g", cost, peak, self.limit)
         return True
 
-    def fit(self, x: List[int]) -> np.ndarray:
-        """search.fit's price rounds: the price per byte at each step at which the cheapest
-        assignment found that fits was found (zero where the unconstrained descent fits)."""
-        phase = self.share(FIT_SHARE)
-        x = self.descend(x, 0.0, self.free, self.share(FIRST_SHARE))
-        none = np.zeros(self.usage.steps)
-        if self.consider(x):
-            return none
-        usage = self.usage.profile(x)
-        over = np.zeros(self.usage.steps)
-        hi = max(self.graph.objective(x), 1.0) / max(float(usage.max()), 1.0)
-        lo, fit = 0.0, None
-        for _ in range(PRICE_ROUNDS):
-            if not self._time_left(phase):
-                break
-            over += np.maximum(usage - self.limit, 0.0) / self.limit
-            x = self.descend(x, self.prices(hi * over), self.free, phase)
-            usage = self.usage.profile(x)
-            if self.consider(x):
-                fit = x
-                break
-            lo, hi = hi, hi * 4
-        if fit is None:
-            self.repair(x)
-            return none
-        for _ in range(BISECTIONS):
-            if not self._time_left(phase):
-                break
-            mid = (lo + hi) / 2
-            y = self.descend(list(fit), self.prices(mid * over), self.free, phase)
-            if self.consider(y):
-                hi = mid
-            else:
-                lo = mid
-        return hi * over
-
-    def ascend(self, x: List[int], per_step: np.ndarray, until: float) -> np.ndarray:
-        """Subgradient steps of the per-step prices from `per_step` until `until`: each raises
-        the price of the steps x holds more than the limit at and lowers it (not below zero)
-        where x leaves room, by a step that shrinks geometrically; x descends under each price
-        from where the last left it, and what it lands on is repaired to fit, tightened along
-        the limit and kept if cheapest. A descent that continues under moving prices leaves
-        basins that one price's descents stay in. The prices reached."""
-        step = ASCENT_STEP * max(self.graph.objective(x), 1.0) / max(self.usage.peak(x), 1.0)
+    def balance(self, x: List[int], until: float) -> np.ndarray:
+        """Rounds of ROUND_PASSES partitions' descents under per-item memory weights
+        (search.weights) until `until`, each from where the last left off; what each lands on
+        is repaired to fit, tightened along the limit and kept if cheapest. A descent that goes
+        on under moving weights leaves basins that one price's descents stay in. The weights
+        reached (none where memory is unlimited: the descent then goes to convergence)."""
+        self.consider(x)
         if not math.isfinite(self.limit):
-            return per_step
+            self.consider(self.descend(x, 0.0, self.free, until))
+            return np.zeros(len(self.usage.items))
+        first = max(self.graph.objective(x), 1.0) / max(self.usage.peak(x), 1.0)
+        weights = ItemWeights.start(len(self.usage.items), first)
+        rounds = 0
         while self._time_left(until):
+            x = self.descend(x, self.prices(weights.weight), self.free, until, ROUND_PASSES)
             profile = self.usage.profile(x)
-            per_step = np.maximum(per_step + step * (profile - self.limit) / self.limit, 0.0)
-            x = self.descend(x, self.prices(per_step), self.free, until)
-            fitting = x if self.usage.peak(x) <= self.limit else self.repair(x, until)
+            fitting = x if profile.max() <= self.limit else self.repair(x, until)
             if self.consider(fitting):
                 self.consider(self.tighten(fitting, self.free, until))
-            step *= ASCENT_DECAY
-        return per_step
+            weights.update(items_over(self.usage.start, self.usage.end, profile, self.limit))
+            rounds += 1
+        log.info("%d rounds of item weights", rounds)
+        return weights.weight
 
     def repair(self, x: List[int], until: Optional[float] = None) -> List[int]:
         """x with variables live at its fullest step moved to the candidates that free most bytes
@@ -280,15 +259,15 @@ class Search:
         for item in self.items_of[v]:
             profile[item.start : item.end] += item.usage[new] - item.usage[old]
 
-    def improve(self, per_step: np.ndarray) -> int:
+    def improve(self, weights: np.ndarray) -> int:
         """Iterated local search from the best assignment that fits, until the deadline; the
-        number of kicks. Each kick descends under a price drawn from LEVELS times the fitting
-        one: the cheapest assignment that fits need not be the optimum of any one price (the
+        number of kicks. Each kick descends under weights drawn from LEVELS times the last ones:
+        the cheapest assignment that fits need not be the optimum of any one set of weights (the
         relaxation's gap), and an unpriced descent that lands over the limit is kept from."""
         kicks = 0
         levels: List[Price] = [0.0]
-        if per_step.any():
-            levels = [self.prices(level * per_step) for level in LEVELS]
+        if weights.any():
+            levels = [self.prices(level * weights) for level in LEVELS]
         while self.best is not None and self._time_left() and self.free:
             price = self.rng.choice(levels)
             x = list(self.best[1])
@@ -312,7 +291,7 @@ def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
     except Infeasible as e:
         log.warning("%s", e)
         return Solved([], math.inf, _least_peak(instance))
-    usage = Usage(reduction.items, reduction.steps)
+    usage = Usage(reduction.items, reduction.steps, list(reduction.graph.domain))
     least = float(lower_bound(reduction.items, usage.steps).max()) if usage.steps else 0.0
     if least > limit:
         log.warning("no assignment fits %d: the least peak memory is %d", limit, least)
@@ -320,12 +299,8 @@ def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
     graph = reduction.graph
     search = Search(graph, usage, limit, deadline, seed)
     start = [int(np.argmin(u)) for u in graph.compute]
-    per_step = search.fit(start)
-    if search.best is not None:
-        search.consider(search.tighten(search.best[1], search.free, search.share(FIRST_SHARE)))
-    x = search.best[1] if search.best is not None else start
-    per_step = search.ascend(list(x), per_step, search.share(ASCENT_SHARE))
-    kicks = search.improve(per_step)
+    weights = search.balance(start, search.share(ROUNDS_SHARE))
+    kicks = search.improve(weights)
     log.info("%d kicks", kicks)
     if search.best is None:
         return Solved([], math.inf, search.least_peak)
