@@ -108,9 +108,6 @@ class Search:
         now = time.monotonic()
         return now + share * max(self.deadline - now, 0.0)
 
-    def prices(self, weights: np.ndarray) -> StepPrices:
-        return self.usage.prices(weights)
-
     def descend(
         self,
         x: List[int],
@@ -161,7 +158,7 @@ class Search:
         weights = ItemWeights.start(len(self.usage.items), first)
         rounds = 0
         while self._time_left(until):
-            x = self.descend(x, self.prices(weights.weight), self.free, until, ROUND_PASSES)
+            x = self.descend(x, self.usage.prices(weights.weight), self.free, until, ROUND_PASSES)
             profile = self.usage.profile(x)
             fitting = x if profile.max() <= self.limit else self.repair(x, until)
             if self.consider(fitting):
@@ -267,7 +264,7 @@ class Search:
         kicks = 0
         levels: List[Price] = [0.0]
         if weights.any():
-            levels = [self.prices(level * weights) for level in LEVELS]
+            levels = [self.usage.prices(level * weights) for level in LEVELS]
         while self.best is not None and self._time_left() and self.free:
             price = self.rng.choice(levels)
             x = list(self.best[1])

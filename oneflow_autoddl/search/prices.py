@@ -46,23 +46,9 @@ def step_prices(
     """`prices[t]` seconds per byte held at step t, as extra costs over the variables and over
     the factors (`factor_vars[f]`: factor f's variables; `factors_of[v]`: the factors of v)."""
     through = np.concatenate([[0.0], np.cumsum(prices)])
-    weights = np.array([through[item.end] - through[item.start] for item in items])
-    return item_prices(items, domain, weights, factor_vars, factors_of, float(through[-1]))
-
-
-def item_prices(
-    items: Sequence["MemoryItem"],
-    domain: Sequence[int],
-    weights: np.ndarray,
-    factor_vars: Sequence[Tuple[int, ...]] = (),
-    factors_of: Sequence[Sequence[int]] = (),
-    scale: float = 1.0,
-) -> StepPrices:
-    """`weights[i]` per byte item i holds, as extra costs over the variables and over the
-    factors, as step_prices; `scale` names the price of a byte held over every step."""
     extra = [np.zeros(int(d)) for d in domain]
     joint: Dict[int, np.ndarray] = {}
-    for item, weight in _weighed(items, weights):
+    for item, weight in _weighed(items, through):
         if len(item.vars) == 1:
             extra[item.vars[0]] += weight * item.usage
             continue
@@ -72,22 +58,23 @@ def item_prices(
             continue
         table = _spread(item, factor_vars[f], domain) * weight
         joint[f] = joint[f] + table if f in joint else table
-    return StepPrices(extra, joint, scale)
+    return StepPrices(extra, joint, float(through[-1]))
 
 
 def _weighed(
-    items: Sequence["MemoryItem"], weights: np.ndarray
+    items: Sequence["MemoryItem"], through: np.ndarray
 ) -> List[Tuple["MemoryItem", float]]:
     """Each distinct usage table once (tied layers' items share theirs), with the sum of the
-    weights of the items holding it, where positive."""
-    summed: Dict[Tuple[Tuple[int, ...], int], float] = {}
+    prices over the spans of the items holding it, where positive."""
+    weights: Dict[Tuple[Tuple[int, ...], int], float] = {}
     first: Dict[Tuple[Tuple[int, ...], int], MemoryItem] = {}
-    for item, weight in zip(items, weights.tolist()):
+    for item in items:
+        weight = float(through[item.end] - through[item.start])
         if weight > 0:
             key = (item.vars, id(item.usage))
-            summed[key] = summed.get(key, 0.0) + weight
+            weights[key] = weights.get(key, 0.0) + weight
             first.setdefault(key, item)
-    return [(first[key], weight) for key, weight in summed.items()]
+    return [(first[key], weight) for key, weight in weights.items()]
 
 
 def _covering(

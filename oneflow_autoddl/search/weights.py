@@ -23,15 +23,20 @@ NEAR = 1.01  # as a ratio
 
 @dataclass
 class ItemWeights:
-    weight: np.ndarray  # per item: the price per byte it holds now, in the objective's unit
-    low: np.ndarray  # a weight at which the item was over the limit (or a guess below)
+    low: np.ndarray  # per item: a weight at which it was over the limit (or a guess below)
     high: np.ndarray  # a weight at which it was within it (or a guess above)
 
     @classmethod
     def start(cls, items: int, first: float) -> "ItemWeights":
         """Every item at `first`, bracketed by a factor WIDEN either way."""
         weight = np.full(items, float(first))
-        return cls(weight, weight / WIDEN, weight * WIDEN)
+        return cls(weight / WIDEN, weight * WIDEN)
+
+    @property
+    def weight(self) -> np.ndarray:
+        """Per item: the price per byte it holds now (in the objective's unit), the geometric
+        middle of its bounds."""
+        return np.sqrt(self.low * self.high)
 
     def update(self, over: np.ndarray) -> None:
         """One round's bisection: `over[i]` whether item i's span touched a step over the limit
@@ -39,7 +44,6 @@ class ItemWeights:
         w = self.weight
         self.low = np.where(over, w, np.where(self.low * NEAR < w, self.low, w / WIDEN))
         self.high = np.where(over, np.where(self.high > w * NEAR, self.high, w * WIDEN), w)
-        self.weight = np.sqrt(self.low * self.high)
 
 
 def items_over(start: np.ndarray, end: np.ndarray, usage: np.ndarray, limit: float) -> np.ndarray:
