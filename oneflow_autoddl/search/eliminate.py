@@ -44,12 +44,9 @@ class _Order:
         for scope in scopes:
             for v in scope:
                 self.near[v].update(scope)
-        self.size = {v: self._size(v) for v in free}
+        self.size = {v: math.prod(map(domain.__getitem__, self.near[v])) for v in free}
         self.heap = [(size, v) for v, size in self.size.items()]
         heapq.heapify(self.heap)
-
-    def _size(self, v: int) -> int:
-        return math.prod(self.domain[u] for u in self.near[v])
 
     def next(self) -> Tuple[int, int]:
         """(the variable to eliminate next, the size of its table)."""
@@ -62,10 +59,13 @@ class _Order:
         """Take v out; its neighbours (sorted), which the table left behind joins."""
         rest = self.near.pop(v) - {v}
         del self.size[v]
+        dv = self.domain[v]
         for u in rest:
-            self.near[u] |= rest
-            self.near[u].discard(v)
-            self.size[u] = self._size(u)
+            near = self.near[u]
+            added = rest - near
+            near |= added
+            near.discard(v)  # neighbourhoods are symmetric: u's held v
+            self.size[u] = self.size[u] * math.prod(map(self.domain.__getitem__, added)) // dv
             heapq.heappush(self.heap, (self.size[u], u))
         return tuple(sorted(rest))
 

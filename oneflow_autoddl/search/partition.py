@@ -12,7 +12,7 @@ which lets repeated descents leave the optimum of one partition.
 """
 
 import random
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .eliminate import MAX_ENTRIES, elimination_width
 from .factors import FactorGraph
@@ -61,17 +61,33 @@ def _parts_joined(graph: FactorGraph, v: int, parts: _Parts) -> Optional[List[in
     return found
 
 
-def width(graph: FactorGraph, group: Sequence[int], limit: int) -> int:
-    """The largest table eliminating `group` builds, every other variable held (past `limit`,
-    some number above it)."""
-    inside = set(group)
-    scopes = {
-        tuple(u for u in graph.factors[f].vars if u in inside)
-        for v in group
-        for f in graph.factors_of[v]
-    }
-    domain = {v: int(graph.domain[v]) for v in group}
-    return elimination_width(list(group), domain, [s for s in scopes if s], limit)
+class _Scopes:
+    """The group's factors restricted to its variables, kept as the group grows: a width check
+    costs the group's elimination, not a scan of every member's factors."""
+
+    def __init__(self, graph: FactorGraph, seed: int):
+        self.graph = graph
+        self.domain: Dict[int, int] = {}
+        self.scope: Dict[int, Tuple[int, ...]] = {}
+        self.add(seed)
+
+    def _with(self, v: int) -> Dict[int, Tuple[int, ...]]:
+        inside = self.domain.keys() | {v}
+        return {
+            f: tuple(u for u in self.graph.factors[f].vars if u in inside)
+            for f in self.graph.factors_of[v]
+        }
+
+    def add(self, v: int) -> None:
+        self.scope.update(self._with(v))
+        self.domain[v] = int(self.graph.domain[v])
+
+    def width_with(self, v: int, limit: int) -> int:
+        """The largest table eliminating the group and v builds, every other variable held
+        (past `limit`, some number above it)."""
+        scopes = {**self.scope, **self._with(v)}
+        domain = {**self.domain, v: int(self.graph.domain[v])}
+        return elimination_width(list(domain), domain, list(set(scopes.values())), limit)
 
 
 def grow_group(
@@ -87,6 +103,7 @@ def grow_group(
     elimination width within `max_entries`."""
     parts = _Parts()
     parts.add(seed)
+    scopes = _Scopes(graph, seed)
     members, frontier, refused = [seed], list(near[seed]), set()
     checks = MAX_CHECKS
     while frontier and (max_vars is None or len(members) < max_vars):
@@ -98,11 +115,12 @@ def grow_group(
         joined = _parts_joined(graph, v, parts)
         if joined is None:
             checks -= 1
-            if checks < 0 or width(graph, members + [v], max_entries) > max_entries:
+            if checks < 0 or scopes.width_with(v, max_entries) > max_entries:
                 refused.add(v)  # the group only grows: its width would only grow too
                 continue
             joined = list({parts.find(u) for u in near[v] if u in parts.parent})
         parts.add(v)
+        scopes.add(v)
         for part in joined:
             parts.parent[parts.find(part)] = v
         members.append(v)
