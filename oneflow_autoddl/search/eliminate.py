@@ -159,11 +159,16 @@ class Program:
         constant = 0.0
         kept = []
         for adds, full, ax, out in self.steps:
-            total = None
+            total, owned = None, False  # owned: a sum made here, free to add into in place
             for fid, order, view in adds:
                 t = slots.pop(fid)
                 t = (t.transpose(order) if order is not None else t).reshape(view)
-                total = t if total is None else total + t
+                if total is None:
+                    total = t
+                elif owned and total.shape == full:
+                    total += t
+                else:
+                    total, owned = total + t, True
             assert total is not None  # a step adds the eliminated variable's own table at least
             table = total if total.shape == full else np.broadcast_to(total, full)
             kept.append((table, ax))  # argmin only where read back
