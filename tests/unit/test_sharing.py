@@ -5,6 +5,7 @@ import pytest
 from oneflow_autoddl.cost.cluster import ClusterError, cluster_from_json, load_cluster
 from oneflow_autoddl.cost.model import CostModel
 from oneflow_autoddl.cost.sharing import for_ranks
+from oneflow_autoddl.sbp import B, S
 from tests.unit.test_cost import cluster
 
 
@@ -19,17 +20,27 @@ def _calibrated(cores, dpn=4, nodes=1):
     return cluster_from_json(data)
 
 
-def test_half_the_ranks_on_cores_they_outnumbered_run_twice_as_fast():
+def test_half_the_ranks_on_cores_they_outnumbered_compute_twice_as_fast():
     c = _calibrated(cores=2)
     half = for_ranks(c, 2)
     assert half.flops_for("float32") == 2 * c.flops_for("float32")
     assert half.memory_bandwidth == 2 * c.memory_bandwidth
     assert half.bandwidth_for("reduce") == 2 * c.bandwidth_for("reduce")
     assert half.op_overhead == c.op_overhead / 2
-    assert half.intra.bandwidth == 2 * c.intra.bandwidth
-    assert half.intra.for_collective("all_gather").bandwidth == 2 * 5e8
-    assert half.intra.for_collective("all_gather").latency == 1e-4
-    assert half.inter == c.inter  # the wire's figures, as measured
+
+
+def test_the_links_keep_their_figures_per_byte_and_message_at_any_rank_count():
+    c = _calibrated(cores=2)
+    half = for_ranks(c, 2)
+    assert half.intra == c.intra
+    assert half.intra.for_collective("all_gather").bandwidth == 5e8
+    assert half.inter == c.inter
+    gather = ((S(0),), (B,), (1024, 256), "float32")
+    two, four = CostModel(c, (2,)).transfer(*gather), CostModel(c, (4,)).transfer(*gather)
+    for t, messages in ((two, 1), (four, 3)):
+        assert t.latency == pytest.approx(messages * 2e-4)
+        assert t.time == pytest.approx(t.latency + t.bytes / 5e8)
+    assert four.time < 2 * two.time  # a core share on the link would make it over 3 times
 
 
 def test_a_rank_never_runs_faster_than_on_a_core_of_its_own():
