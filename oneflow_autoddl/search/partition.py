@@ -72,9 +72,9 @@ class _Scopes:
         self.add(seed)
 
     def _with(self, v: int) -> Dict[int, Tuple[int, ...]]:
-        inside = self.domain.keys() | {v}
+        """v's factors restricted to the group and v."""
         return {
-            f: tuple(u for u in self.graph.factors[f].vars if u in inside)
+            f: tuple(u for u in self.graph.factors[f].vars if u == v or u in self.domain)
             for f in self.graph.factors_of[v]
         }
 
