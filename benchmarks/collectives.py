@@ -20,13 +20,14 @@ from benchmarks.bench import run_on_ranks, show, write_json
 ROWS = (1024, 4096, 8192)  # of 256 floats: 1, 4 and 8 MiB
 WIDTH = 256
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+TARGET = "benchmarks.collectives:times"
 
 
 def times(cluster: str = "cpu-local") -> List[dict]:
     """On ranks: per collective and size, measured and predicted seconds per boxing."""
     import oneflow as flow
 
-    from oneflow_autoddl.adapter.calibrate_links import COLLECTIVE_STAGES, _collective, flat
+    from oneflow_autoddl.adapter.calibrate_links import COLLECTIVE_STAGES, collective_times, flat
     from oneflow_autoddl.cost.cluster import load_cluster
     from oneflow_autoddl.cost.model import CostModel
 
@@ -35,7 +36,7 @@ def times(cluster: str = "cpu-local") -> List[dict]:
     rows = []
     for kind in KINDS:
         src, dst = COLLECTIVE_STAGES[kind][2]
-        for size, (seconds, _, _) in zip(ROWS, _collective(flat(n), kind, ROWS, WIDTH)):
+        for size, (seconds, _, _) in zip(ROWS, collective_times(flat(n), kind, ROWS, WIDTH)):
             predicted = model.transfer((src,), (dst,), (size, WIDTH), "float32")
             rows.append(
                 {
@@ -71,9 +72,8 @@ def main() -> None:
     counts = [int(n) for n in args.nproc.split(",")]
     rows: List[dict] = []
     for n in counts:
-        rows += run_on_ranks("benchmarks.collectives:times", n, timeout=900, cluster=args.cluster)[
-            0
-        ]
+        on_ranks = run_on_ranks(TARGET, n, timeout=900, cluster=args.cluster)
+        rows += on_ranks[0]  # every rank measures the same collectives; rank 0's rows
     against_first(rows, counts[0])
     columns = [
         "ranks",

@@ -90,7 +90,7 @@ def messages(src, dst, rows: int, width: int, p: int) -> float:
     ).time
 
 
-def _collective(
+def collective_times(
     axis: MeshAxis, kind: str, sizes: Tuple[int, ...], width: int
 ) -> List[Tuple[float, float, float]]:
     """(seconds, bytes sent, messages) per rank of one `kind` on a rows x width float tensor, for
@@ -122,7 +122,7 @@ def collectives(axis: MeshAxis, width: int, small: int, big: int) -> Dict[str, D
     on small x width and big x width floats."""
     out = {}
     for kind in COLLECTIVE_STAGES:
-        (t0, b0, m), (t1, b1, _) = _collective(axis, kind, (small, big), width)
+        (t0, b0, m), (t1, b1, _) = collective_times(axis, kind, (small, big), width)
         bandwidth = (b1 - b0) / max(t1 - t0, 1e-9)
         out[kind] = {
             "bandwidth_per_device": bandwidth,
