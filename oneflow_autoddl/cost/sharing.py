@@ -5,14 +5,13 @@ work: its kernels and its cost per op. `calibrate` measures them with devices_pe
 once; while ranks outnumber cores each gets cores / ranks of one, so its compute takes longer by
     share(r) = max(1, r / cores_per_node)
 for r ranks on a node. A plan for r ranks is costed with the calibration's compute figures times
-share(r) / share(devices_per_node): on this machine's 2 cores, a calibration of 4 ranks predicts
-2 ranks' kernels twice as fast (3 x 3 convolutions on 2 ranks: 0.91-1.25 of their measured
-time). The links keep their calibrated figures per byte a rank sends and per message at any
-rank count: a collective on 2 ranks of this machine takes about half its time on 4 (1.8-2.2
-times on 4, benchmarks.collectives), which the bytes per rank (a half more on 4 for an all-gather
-or an all-reduce) with the calibrated rates give within a third, and a core share on top of them
-(3.2-3.4 times) does not. The link across nodes is taken as measured as well: its figures are
-the wire's where the wire is the slower part (an emulated node's token bucket, a network).
+share(r) / share(devices_per_node): on a 2-core machine, a calibration of 4 ranks predicts 2
+ranks' kernels twice as fast. The links keep their calibrated figures per byte a rank sends and
+per message at any rank count: measured (`benchmarks.collectives`, docs/results.md "Plans for
+the rank count in use"), a collective's time between rank counts follows the bytes and messages
+per rank far more closely than with a core share on top of them. The link across nodes is taken
+as measured as well: its figures are the wire's where the wire is the slower part (an emulated
+node's token bucket, a network).
 """
 
 import dataclasses
