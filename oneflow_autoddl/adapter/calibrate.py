@@ -14,9 +14,10 @@ on this shared machine that moved comm_overlap from 0 to 0.4 between runs, and n
   - memory bandwidth: each stage an elementwise add over arrays far larger than the caches;
   - kernel bandwidths (cost.cluster.KERNEL_KINDS): stages of the kernels OneFlow's CPU
     build runs far below that (an inner broadcast, a reduction, GELU), at a LayerNorm's size,
-    in turns with the four above; a convolution's column pass and filter pass, from two 3 x 3
-    convolutions net of their matrix products at the matmul chain's rate; and each optimizer's
-    update, from train steps over parameters of two sizes;
+    in turns with the four above; the column and filter passes of a convolution and of its two
+    gradients, from 3 x 3 convolutions at two shapes net of their matrix products at the matmul
+    chain's rate (calibrate_convs.py); and each optimizer's update, from train steps over
+    parameters of two sizes;
   - links (calibrate_links.py): each collective of cost.cluster.COLLECTIVES along a mesh axis:
     on one machine all ranks, one level (written as both); across nodes the nodes x
     ranks-per-node mesh, its axis inside the nodes (links.intra_node) and its axis across them
@@ -39,12 +40,11 @@ import sys
 import time
 from typing import Any, Dict, List, Tuple
 
-import numpy as np
 import oneflow as flow
 
 from ..cost.cluster import cluster_from_json
 from ..errors import ClusterError
-from ..rules import get_rule
+from . import calibrate_convs as convs_module
 from . import calibrate_links as links
 from .chains import (
     REPEATS,
@@ -74,44 +74,6 @@ KERNEL_STAGES = {
     ),  # a bias gradient; the row subtract costs `plain`
     "transcendental": (lambda h, x: flow.nn.functional.gelu(x), 2.0),
 }
-
-
-# The two convolutions whose passes give the im2col and conv_filter rates, (samples per rank,
-# channels, size) by a 3 x 3 kernel padded to keep the size: one mostly columns (a large image, a
-# small filter), one mostly filter (a small image, a large filter), so the two rates solve apart.
-CONV_SHAPES = ((8, 32, 16), (4, 128, 4))
-CONV_KINDS = ("im2col", "conv_filter")
-
-
-def _conv_chain(place, n: int, batch: int, c: int, size: int) -> Tuple[Chain, float, np.ndarray]:
-    """(the chain, FLOPs of one of its stages on a rank, bytes of its columns and of its filter
-    passes), as conv2d's rule gives them to cost.compute."""
-    chain = Chain(
-        Holder(
-            x=split_ones(place, batch * n, c, size, size),
-            w=broadcast_ones(place, c, c, 3, 3),
-        ),
-        lambda h, x: flow.nn.functional.conv2d(x, h.w, padding=1),
-    )
-    conv = get_rule("conv2d")
-    attrs = {"kernel_size": [3, 3], "groups": 1}
-    local = {
-        "in_0": (batch, c, size, size),
-        "weight_0": (c, c, 3, 3),
-        "out_0": (batch, c, size, size),
-    }
-    passes = dict(conv.passes)
-    elements = [passes[kind](attrs, local) for kind in CONV_KINDS]
-    return chain, conv.flops(attrs, local), 4.0 * np.array(elements)
-
-
-def _conv_rates(net: List[float], passes: List[np.ndarray]) -> Dict[str, float]:
-    """The im2col and conv_filter rates (bytes/s) that make each convolution's time net of its
-    cost per op and matrix product equal its columns and filter passes at those rates; a rate
-    lost in the noise (a solved time at or below zero) comes out above IMPLAUSIBLE, so that
-    _device_until_told measures again, as for the other figures."""
-    inverse = np.linalg.solve(np.array(passes), np.array(net))
-    return {kind: 1.0 / max(x, 1e-18) for kind, x in zip(CONV_KINDS, inverse)}
 
 
 def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
@@ -149,7 +111,7 @@ def _device(
         lambda h, x: flow.matmul(x, h.w),
     )
     kinds = list(KERNEL_STAGES)
-    convs = [_conv_chain(place, n, *shape) for shape in CONV_SHAPES]
+    convs = [convs_module.conv_graphs(place, shape) for shape in convs_module.CONV_SHAPES]
     chains = [
         matmul,
         _add_chain(place, 16 * n),
@@ -158,28 +120,23 @@ def _device(
         Chain(holder, lambda h, x: x - h.row),
     ]
     kind_chains = [Chain(holder, KERNEL_STAGES[k][0]) for k in kinds]
-    matmul_s, empty, longer_s, add, plain, *rest = (
-        t / STAGES for t in step_times(*chains, *(c for c, _, _ in convs), *kind_chains)
-    )
-    conv_s, timed = rest[: len(convs)], rest[len(convs) :]
+    conv_steps = [g for graphs in convs for g in graphs]
+    times = step_times(*chains, *kind_chains, *conv_steps)
+    matmul_s, empty, longer_s, add, plain, *timed = (t / STAGES for t in times[: -len(conv_steps)])
     array = 4 * KERNEL_ROWS * KERNEL_WIDTH
     kernels = {
         kind: KERNEL_STAGES[kind][1] * array / max(t - (plain if kind == "reduce" else empty), 1e-9)
         for kind, t in zip(kinds, timed)
     }
     flops = 2 * rows * width * width / max(matmul_s - empty, 1e-9)
-    kernels.update(
-        _conv_rates(
-            [t - empty - conv_flops / flops for t, (_, conv_flops, _) in zip(conv_s, convs)],
-            [passes for _, _, passes in convs],
-        )
-    )
-    return (
-        flops,
-        max((longer_s - empty) / longer, 1e-9),
-        3 * 4 * ADD_ELEMS / max(add - empty, 1e-9),
-        kernels,
-    )
+    per_op = max((longer_s - empty) / longer, 1e-9)
+    conv_times = iter(times[-len(conv_steps) :])
+    stages = [
+        convs_module.stage_seconds([next(conv_times) for _ in graphs], empty, per_op)
+        for graphs in convs
+    ]
+    kernels.update(convs_module.pass_rates(stages, flops))
+    return flops, per_op, 3 * 4 * ADD_ELEMS / max(add - empty, 1e-9), kernels
 
 
 class _Params(flow.nn.Module):
@@ -427,8 +384,9 @@ def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -
         f"elementwise adds of {ADD_ELEMS} floats (and of 16, the cost per op), on "
         f"{KERNEL_ROWS}x{KERNEL_WIDTH} floats x * ({KERNEL_ROWS}, 1), x - x.sum(0) and gelu(x), "
         "3x3 convolutions of "
-        + " and ".join(f"{b}x{c}x{s}x{s}" for b, c, s in CONV_SHAPES)
-        + " floats per rank net of their matrix products (im2col, conv_filter), "
+        + " and ".join(f"{b}x{c}x{s}x{s}" for b, c, s in convs_module.CONV_SHAPES)
+        + " floats per rank, forward and in train steps for each gradient, net of their matrix "
+        "products (the columns and filter passes of conv2d, conv_data_grad, conv_filter_grad), "
         f"train steps of SGD, momentum and Adam over {STAGES} parameters of {UPDATE_SIZES[0]} and "
         f"{UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), {levels}; the base figures of a "
         "level are its all-gather's; the matmul chain beside an all-gather chain inside a node "

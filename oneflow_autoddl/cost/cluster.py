@@ -31,7 +31,8 @@ BACKENDS = ("nccl", "oneflow-cpu")
 # element). A cluster file may give each its own bandwidth (bytes the op reads and writes, per s).
 # `im2col` and `conv_filter` are the passes of CPU convolutions on top of their roofline
 # (cost.compute.pass_time): bytes of columns written per second, and bytes of the filter read per
-# second, once a sample; a cluster that gives no rate for one has no such pass.
+# second, once a sample; the `conv_data_grad_*` and `conv_filter_grad_*` kinds are the same passes
+# of the two gradients' kernels. A cluster that gives no rate for a kind has no such pass.
 KERNEL_KINDS = (
     "inner_broadcast",
     "reduce",
@@ -41,7 +42,19 @@ KERNEL_KINDS = (
     "adam_update",
     "im2col",
     "conv_filter",
+    "conv_data_grad_columns",
+    "conv_data_grad_filter",
+    "conv_filter_grad_columns",
+    "conv_filter_grad_filter",
 )
+# The forward pass whose rate a gradient's pass takes in a cluster file written before calibrate
+# measured the gradients apart (what those files' plans were made with).
+GRADIENT_PASS_FALLBACK = {
+    "conv_data_grad_columns": "im2col",
+    "conv_data_grad_filter": "conv_filter",
+    "conv_filter_grad_columns": "im2col",
+    "conv_filter_grad_filter": "conv_filter",
+}
 # The collectives behind SBP transitions (cost.boxing). A link level may give any of them its
 # own bandwidth and latency: on CPU, OneFlow's boxing moves bytes at a rate that depends on the
 # collective (its slicing, adding and socket work), measured by `calibrate`.
@@ -232,6 +245,7 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
             "cluster field 'device.comm_overlap' is a fraction of the boxing time, 0 to 1, "
             f"not {overlap!r}"
         )
+    kernels = _with_gradient_fallbacks(data, kernels)
     if backend == "oneflow-cpu":
         _warn_unmeasured_kernels(data, kernels)
     dpn = _field(data, "devices_per_node", int)
@@ -258,6 +272,25 @@ def cluster_from_json(data: Mapping[str, Any]) -> Cluster:
         comm_overlap=overlap,
         cores_per_node=cores,
     )
+
+
+def _with_gradient_fallbacks(data: Mapping[str, Any], kernels: Mapping[str, Any]) -> dict:
+    """The kernel rates, each convolution gradient's pass not given taking its forward pass's
+    rate (GRADIENT_PASS_FALLBACK), with a warning naming them: a file written before calibrate
+    measured the gradients apart prices them as it always did."""
+    borrowed = {
+        kind: kernels[forward]
+        for kind, forward in GRADIENT_PASS_FALLBACK.items()
+        if kind not in kernels and forward in kernels
+    }
+    if borrowed:
+        log.warning(
+            "cluster %r gives no rate for %s: priced at the forward convolution's; run "
+            "`python -m oneflow_autoddl calibrate` again to measure them",
+            data.get("name"),
+            ", ".join(borrowed),
+        )
+    return {**kernels, **borrowed}
 
 
 def _warn_unmeasured_kernels(data: Mapping[str, Any], kernels: Mapping[str, Any]) -> None:

@@ -71,12 +71,14 @@ def _filter_passes(batch_bn: str, filter_bn: str):
     return elements
 
 
-def _conv_passes(in_bn: str, out_bn: str, weight_bn: str):
-    """The CPU kernels' passes below their roofline: columns at the im2col rate, the filter once
-    a sample at the conv_filter rate."""
+def _conv_passes(columns_kind: str, filter_kind: str, in_bn: str, out_bn: str, weight_bn: str):
+    """The CPU kernels' passes below their roofline: columns at `columns_kind`'s rate, the filter
+    once a sample at `filter_kind`'s. Each of the three kernels has its own pair of kinds, which
+    calibrate measures apart: they run their matrix products in different layouts (the filter as
+    read, transposed, or accumulated into), so their passes run at rates of their own."""
     return {
-        "im2col": _columns(in_bn, out_bn, weight_bn),
-        "conv_filter": _filter_passes(in_bn, weight_bn),
+        columns_kind: _columns(in_bn, out_bn, weight_bn),
+        filter_kind: _filter_passes(in_bn, weight_bn),
     }
 
 
@@ -91,7 +93,7 @@ def _bias_buffer(attrs, local):
     "conv3d",
     flops=conv_flops,
     workspace=_col_buffer("out_0", "weight_0"),
-    passes=_conv_passes("in_0", "out_0", "weight_0"),
+    passes=_conv_passes("im2col", "conv_filter", "in_0", "out_0", "weight_0"),
 )
 def conv(v):
     sig = v.all(S(0))
@@ -103,7 +105,9 @@ def conv(v):
     "conv_data_grad",
     flops=conv_data_grad_flops,
     workspace=_col_buffer("dy_0", "filter_0"),
-    passes=_conv_passes("dx_0", "dy_0", "filter_0"),
+    passes=_conv_passes(
+        "conv_data_grad_columns", "conv_data_grad_filter", "dx_0", "dy_0", "filter_0"
+    ),
 )
 def conv_data_grad(v):
     sig = v.all(S(0))
@@ -115,7 +119,9 @@ def conv_data_grad(v):
     "conv_filter_grad",
     flops=conv_filter_grad_flops,
     workspace=_col_buffer("dy_0", "filter_diff_0"),
-    passes=_conv_passes("x_0", "dy_0", "filter_diff_0"),
+    passes=_conv_passes(
+        "conv_filter_grad_columns", "conv_filter_grad_filter", "x_0", "dy_0", "filter_diff_0"
+    ),
 )
 def conv_filter_grad(v):
     return [{"dy_0": S(0), "x_0": S(0), "filter_diff_0": P}]

@@ -34,10 +34,33 @@ def test_calibrate_writes_a_cluster_file_with_every_collective(tmp_path):
     cluster = load_cluster(str(out))
     assert cluster.backend == "oneflow-cpu" and cluster.devices == 2
     assert cluster.nodes == 1 and cluster.cores_per_node >= 1 and cluster.name == "cpu"
-    assert set(cluster.kernel_bandwidth) == set(KERNEL_KINDS)
+    written = json.loads(out.read_text())
+    assert set(written["device"]["kernel_bandwidth"]) == set(KERNEL_KINDS)  # none borrowed
     assert {kind for kind, _, _ in cluster.intra.collectives} == set(COLLECTIVES)
     assert all(
         bandwidth > 1e6 for _, bandwidth, _ in cluster.intra.collectives
     )  # MB/s at least, on any machine
     assert 0.0 <= cluster.comm_overlap <= 1.0 and 0 < cluster.op_overhead < 0.1
-    assert "--repeats 5" in json.loads(out.read_text())["source"]
+    assert "--repeats 5" in written["source"]
+
+
+def test_convolution_pass_rates_are_those_that_make_the_stage_times():
+    """calibrate_convs.pass_rates inverts what cost.compute charges: stage times made from
+    known rates (FLOPs at the matmul rate plus each pass's bytes at its kind's rate) give those
+    rates back, for the forward and both gradients."""
+    from oneflow_autoddl.adapter import calibrate_convs as convs
+
+    flops = 2e10
+    rates = {kind: 1e9 * (i + 1) for i, kind in enumerate(KERNEL_KINDS)}
+    stages = []
+    for shape in convs.CONV_SHAPES:
+        seconds = {}
+        for kernel, kinds in convs.CONV_KERNELS.items():
+            stage_flops, elements = convs.work(kernel, shape)
+            passes = sum(4.0 * e / rates[kind] for kind, e in zip(kinds, elements))
+            seconds[kernel] = stage_flops / flops + passes
+        stages.append(seconds)
+    solved = convs.pass_rates(stages, flops)
+    kinds = [kind for pair in convs.CONV_KERNELS.values() for kind in pair]
+    assert sorted(solved) == sorted(kinds)
+    assert all(solved[kind] == pytest.approx(rates[kind]) for kind in kinds)

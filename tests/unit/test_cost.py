@@ -19,6 +19,7 @@ from oneflow_autoddl.cost.boxing import (
     virtual_table,
 )
 from oneflow_autoddl.cost.cluster import (
+    GRADIENT_PASS_FALLBACK,
     KERNEL_KINDS,
     ClusterError,
     Link,
@@ -596,13 +597,23 @@ def _conv_kit(groups: int):
     return kit.graph()
 
 
-def _pass_extras(groups: int, kind: str):
-    """Per op of _conv_kit (4 samples a device under S(0)): the seconds a pass of `kind` at 1e9
-    bytes/s adds to it with its batch split and with it replicated."""
+# Per op of _conv_kit: its (columns, filter) kernel kinds.
+CONV_PASS_KINDS = {
+    "fw": ("im2col", "conv_filter"),
+    "dx": ("conv_data_grad_columns", "conv_data_grad_filter"),
+    "dw": ("conv_filter_grad_columns", "conv_filter_grad_filter"),
+}
+
+
+def _pass_extras(groups: int, which: int):
+    """Per op of _conv_kit (4 samples a device under S(0)): the seconds its pass `which` (0
+    columns, 1 filter) at 1e9 bytes/s adds to it with its batch split and with it replicated,
+    every other kind left without a rate."""
     g = _conv_kit(groups)
-    with_pass, without = _with_kernels(**{kind: 1e9}), _with_kernels()
+    without = _with_kernels()
     weights = ("weight_0", "filter_0", "filter_diff_0")
-    for name in ("fw", "dx", "dw"):
+    for name, kinds in CONV_PASS_KINDS.items():
+        with_pass = _with_kernels(**{kinds[which]: 1e9})
         op = g.op(name)
         split = Signature({bn: (B,) if bn in weights else (S(0),) for bn in op.bns})
         replicated = Signature({bn: (B,) for bn in op.bns})
@@ -614,27 +625,40 @@ def _pass_extras(groups: int, kind: str):
 
 
 @pytest.mark.parametrize("groups", [1, 32])
-def test_cpu_convolutions_pay_their_column_pass_at_the_im2col_rate(groups):
+def test_cpu_convolutions_pay_their_column_pass_at_their_columns_rate(groups):
     """OneFlow 0.9.0's CPU convolutions write every sample's columns (input channels x kernel
     area x output positions, each group's) before or after their matrix product: on CPU ranks
     that pass ran at ~1.2 GB/s of columns against ~24 GB/s for a plain pass, and a depthwise
-    conv's took 55x its FLOPs' time. Both the forward and the two gradients pay it, on the local
-    batch; a cluster without an im2col rate (GPUs) has no such pass."""
+    conv's took 55x its FLOPs' time. The forward and the two gradients pay it, each at its own
+    kind's rate, on the local batch; a cluster without the rate (GPUs) has no such pass."""
     columns = 4 * 32 * 9 * 16 * 16  # 4 samples a device under S(0), in floats
-    for name, extras in _pass_extras(groups, "im2col"):
+    for name, extras in _pass_extras(groups, 0):
         for extra, samples in zip(extras, (1, 2)):
             assert extra == pytest.approx(samples * columns * 4 / 1e9), name
 
 
 @pytest.mark.parametrize("groups", [1, 32])
-def test_cpu_convolutions_read_their_filter_once_a_sample_at_the_conv_filter_rate(groups):
+def test_cpu_convolutions_read_their_filter_once_a_sample_at_their_filter_rate(groups):
     """OneFlow 0.9.0's CPU convolutions run a matrix product per sample and group, each over its
     group's slice of the filter: the forward and both gradients pass over the whole local filter
-    once a sample and once more for the op (on 2 ranks, 8 samples took 1.8 times 4 samples'
-    time). Replicating a layer on 2 devices doubles its samples' passes; on 4 CPU ranks 4 samples
-    of 128 channels at 4 x 4 took 1.5 times what their FLOPs and columns give. A cluster without
-    a conv_filter rate (GPUs) has no such pass."""
+    once a sample and once more for the op, each at its own kind's rate. Replicating a layer on
+    2 devices doubles its samples' passes. A cluster without the rate (GPUs) has no such pass."""
     filter_elems = 32 * (32 // groups) * 9
-    for name, extras in _pass_extras(groups, "conv_filter"):
+    for name, extras in _pass_extras(groups, 1):
         for extra, passes in zip(extras, (4 + 1, 8 + 1)):
             assert extra == pytest.approx(passes * filter_elems * 4 / 1e9), name
+
+
+def test_a_file_without_the_gradients_passes_prices_them_at_the_forwards_with_a_warning(caplog):
+    """Cluster files calibrate wrote before it measured the gradients' passes apart keep the
+    prices their plans were made with: each gradient pass at its forward pass's rate."""
+    data = json.loads(json.dumps(load_cluster("cpu-local").to_json()))
+    kernels = data["device"]["kernel_bandwidth"]
+    for kind in GRADIENT_PASS_FALLBACK:
+        del kernels[kind]
+    with caplog.at_level(logging.WARNING, logger="oneflow_autoddl"):
+        c = cluster_from_json(data)
+    for kind, forward in GRADIENT_PASS_FALLBACK.items():
+        assert c.kernel_bandwidth[kind] == kernels[forward]
+    assert "priced at the forward convolution's" in caplog.text
+    assert all(kind in caplog.text for kind in GRADIENT_PASS_FALLBACK)
