@@ -108,7 +108,7 @@ def stage_seconds(times: Sequence[float], empty: float, per_op: float) -> Dict[s
     }
 
 
-def _local(kernel: str, shape: Tuple[int, int, int]) -> Dict[str, Tuple[int, ...]]:
+def blob_shapes(kernel: str, shape: Tuple[int, int, int]) -> Dict[str, Tuple[int, ...]]:
     """A stage's blob shapes on one rank, as the kernel's rule names them."""
     batch, c, size = shape
     image, weight = (batch, c, size, size), (c, c, 3, 3)
@@ -124,7 +124,7 @@ def work(kernel: str, shape: Tuple[int, int, int]) -> Tuple[float, List[float]]:
     rule, attrs, local = (
         get_rule(kernel),
         {"kernel_size": [3, 3], "groups": 1},
-        _local(kernel, shape),
+        blob_shapes(kernel, shape),
     )
     passes = dict(rule.passes)
     return rule.flops(attrs, local), [passes[kind](attrs, local) for kind in CONV_KERNELS[kernel]]

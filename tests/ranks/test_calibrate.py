@@ -64,3 +64,26 @@ def test_convolution_pass_rates_are_those_that_make_the_stage_times():
     kinds = [kind for pair in convs.CONV_KERNELS.values() for kind in pair]
     assert sorted(solved) == sorted(kinds)
     assert all(solved[kind] == pytest.approx(rates[kind]) for kind in kinds)
+
+
+def test_the_conv_benchmark_charges_each_kernel_as_the_cost_model_does():
+    """benchmarks.conv_kernels prices a kernel on a one-op graph of its rule's blobs: the
+    roofline of its FLOPs and bytes plus the cost per op, and its two passes at its kinds'
+    rates (a graph that named a blob wrongly would drop a pass or the FLOPs)."""
+    import math
+    from dataclasses import replace
+
+    from benchmarks.conv_kernels import predicted
+    from oneflow_autoddl.adapter import calibrate_convs as convs
+
+    cluster = load_cluster("cpu-local")
+    bare = replace(cluster, kernel_bandwidth={})
+    shape = (4, 64, 8)
+    for kernel, kinds in convs.CONV_KERNELS.items():
+        flops, elements = convs.work(kernel, shape)
+        io = 4.0 * sum(math.prod(s) for s in convs.blob_shapes(kernel, shape).values())
+        roofline = max(flops / cluster.flops_for("float32"), io / cluster.memory_bandwidth)
+        assert predicted(bare, kernel, shape) == pytest.approx(cluster.op_overhead + roofline)
+        passes = sum(4.0 * e / cluster.kernel_bandwidth[k] for k, e in zip(kinds, elements))
+        extra = predicted(cluster, kernel, shape) - predicted(bare, kernel, shape)
+        assert extra == pytest.approx(passes)
