@@ -16,8 +16,8 @@ on this shared machine that moved comm_overlap from 0 to 0.4 between runs, and n
     build runs far below that (an inner broadcast, a reduction, GELU), at a LayerNorm's size,
     in turns with the four above; the column and filter passes of a convolution and of its two
     gradients, from 3 x 3 convolutions at two shapes net of their matrix products at the matmul
-    chain's rate (calibrate_convs.py); and each optimizer's update, from train steps over
-    parameters of two sizes;
+    chain's rate (calibrate_convs.py); and each optimizer's update, from two train steps
+    whose optimizers update all of their parameters or one;
   - links (calibrate_links.py): each collective of cost.cluster.COLLECTIVES along a mesh axis:
     on one machine all ranks, one level (written as both); across nodes the nodes x
     ranks-per-node mesh, its axis inside the nodes (links.intra_node) and its axis across them
@@ -139,54 +139,64 @@ def _device(
     return flops, per_op, 3 * 4 * ADD_ELEMS / max(add - empty, 1e-9), kernels
 
 
-class _Params(flow.nn.Module):
-    """STAGES parameters of `elems` floats per rank, split; the loss sums them all."""
+class _Scaled(flow.nn.Module):
+    """STAGES stages x = x * w_i from a learning input, each w_i a parameter of the input's shape
+    and split like it (every rank updates its own share, and no gradient crosses ranks); the
+    loss sums the output."""
 
     def __init__(self, place, elems: int):
         super().__init__()
         n = flow.env.get_world_size()
+        self.x = flow.nn.Parameter(split_ones(place, elems * n))
         for i in range(STAGES):
-            setattr(self, f"w{i}", flow.nn.Parameter(split_ones(place, elems * n) * 0.01))
+            setattr(self, f"w{i}", flow.nn.Parameter(split_ones(place, elems * n)))
 
     def forward(self):
-        return sum(getattr(self, f"w{i}").sum() for i in range(STAGES))
+        x = self.x
+        for i in range(STAGES):
+            x = x * getattr(self, f"w{i}")
+        return x.sum()
 
 
 class _TrainStep(flow.nn.Graph):
-    def __init__(self, params: _Params, optimizer):
+    def __init__(self, module: flow.nn.Module, optimizer):
         super().__init__()
-        self.params = params
+        self.module = module
         self.add_optimizer(optimizer)
 
     def build(self):
-        loss = self.params()
+        loss = self.module()
         loss.backward()
         return loss
 
 
-# Per optimizer update kind (cost.cluster.KERNEL_KINDS): the optimizer, and the bytes its update op
-# reads and writes an element as cost.compute counts them (parameter, gradient, state).
+# Per optimizer update kind (cost.cluster.KERNEL_KINDS): the optimizer (lr 0: every step alike),
+# and the bytes its update op reads and writes an element as cost.compute counts them
+# (parameter, gradient, state).
 UPDATE_KINDS = {
-    "sgd_update": (lambda params: flow.optim.SGD(params, lr=0.01), 8.0),
-    "momentum_update": (lambda params: flow.optim.SGD(params, lr=0.01, momentum=0.9), 12.0),
-    "adam_update": (lambda params: flow.optim.Adam(params, lr=1e-3), 16.0),
+    "sgd_update": (lambda params: flow.optim.SGD(params, lr=0.0), 8.0),
+    "momentum_update": (lambda params: flow.optim.SGD(params, lr=0.0, momentum=0.9), 12.0),
+    "adam_update": (lambda params: flow.optim.Adam(params, lr=0.0), 16.0),
 }
-UPDATE_SIZES = (1024, 1 << 18)  # floats per rank of each parameter, in the two train steps
+UPDATE_ELEMS = 1 << 18  # floats per rank of each parameter
 
 
-def _update_bandwidths(place, membw: float) -> dict:
-    """Bytes/s of each optimizer update: train steps over STAGES parameters at two sizes, the
-    time an element takes, net of the forward sum and the backward fill (a plain pass each)."""
+def _update_bandwidths(place, per_op: float) -> Dict[str, float]:
+    """Bytes/s of each optimizer's update as a train step runs it: two train steps of the same
+    _Scaled stages (every gradient computed in both), one whose optimizer updates every
+    parameter, one the input only, taking turns; their difference is STAGES updates of
+    UPDATE_ELEMS floats a rank, each net of the cost per op. The updates are timed inside a
+    step's backward because that is where they run: timed apart (a loss that only sums the
+    parameters) they take longer than they do there."""
     out = {}
     for kind, (make, nbytes) in UPDATE_KINDS.items():
-        steps = []
-        for elems in UPDATE_SIZES:
-            params = _Params(place, elems)
-            steps.append(_TrainStep(params, make(params.parameters())))
-        times = step_times(*steps)
-        small, big = UPDATE_SIZES
-        per_element = (times[1] - times[0]) / (STAGES * (big - small)) - 2 * 4 / membw
-        out[kind] = nbytes / max(per_element, 1e-12)
+        every, input_only = _Scaled(place, UPDATE_ELEMS), _Scaled(place, UPDATE_ELEMS)
+        both, one = step_times(
+            _TrainStep(every, make(every.parameters())),
+            _TrainStep(input_only, make([input_only.x])),
+        )
+        update = (both - one) / STAGES - per_op
+        out[kind] = nbytes * UPDATE_ELEMS / max(update, 1e-12)
     return out
 
 
@@ -289,7 +299,7 @@ def measure(out: str, command: str, repeats: int = REPEATS, name: str = "cpu-loc
     place = flow.placement("cpu", ranks=list(range(n)))
     width, big, small = 256, 1024 * n, 16 * n
     flops, overhead, membw, kernels = _device_until_told(place, big // n, width)
-    kernels.update(_update_bandwidths(place, membw))
+    kernels.update(_update_bandwidths(place, overhead))
     intra, inter, inside = _levels(nodes, per_node, width, small, big)
     gather = intra["all_gather"]
     overlap = links.overlap(inside, big, width, gather["latency"])
@@ -387,8 +397,9 @@ def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -
         + " and ".join(f"{b}x{c}x{s}x{s}" for b, c, s in convs_module.CONV_SHAPES)
         + " floats per rank, forward and in train steps for each gradient, net of their matrix "
         "products (the columns and filter passes of conv2d, conv_data_grad, conv_filter_grad), "
-        f"train steps of SGD, momentum and Adam over {STAGES} parameters of {UPDATE_SIZES[0]} and "
-        f"{UPDATE_SIZES[1]} floats per rank (kernel_bandwidth), {levels}; the base figures of a "
+        f"train steps of SGD, momentum and Adam over {STAGES} stages x * w of {UPDATE_ELEMS} "
+        "floats per rank updating every w or none (kernel_bandwidth), "
+        f"{levels}; the base figures of a "
         "level are its all-gather's; the matmul chain beside an all-gather chain inside a node "
         "(comm_overlap)."
     )

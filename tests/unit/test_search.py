@@ -264,8 +264,8 @@ def test_where_boxing_is_cpu_work_the_search_also_prices_bytes_double(cpu):
     minimise the serial sum, one with bytes priced double. The search is local, so the second
     objective guarantees no better plan, but the pick keeps the result within the bytes tie of
     the serial descent's alone on the examples' VGG (4, 2 x 2) and GPT (2, 2 x 2), and on one of
-    them it moves fewer bytes (with the cpu-local of 2026-12-06: VGG on 4 ranks, 1.61 -> 1.48 MiB
-    a step at 160.5 -> 160.7 ms). On one NCCL stream only the serial sum is used."""
+    them it moves fewer bytes (with the cpu-local of 2026-12-06 16:20: VGG on 2 x 2, 2.40 -> 2.30
+    MiB a step at 152.9 -> 154.4 ms). On one NCCL stream only the serial sum is used."""
     assert objectives(load_cluster("dgx-a100")) == [SERIAL]
     assert objectives(cpu) == [SERIAL, Weights(moving=2.0)]
     graphs = [
