@@ -15,6 +15,7 @@ import argparse
 from typing import Dict, List, Tuple
 
 from benchmarks.bench import run_on_ranks, show, write_json
+from oneflow_autoddl.adapter.calibrate_convs import CONV_KERNELS, blob_shapes
 from oneflow_autoddl.cost.cluster import Cluster, load_cluster
 from oneflow_autoddl.cost.compute import op_time
 from oneflow_autoddl.cost.sharing import for_ranks
@@ -32,7 +33,6 @@ SHAPES = [
     (4, 64, 16),
     (8, 64, 16),
 ]
-KERNELS = ("conv2d", "conv_data_grad", "conv_filter_grad")
 
 
 def measured(shapes: List[Tuple[int, int, int]]) -> List[Dict[str, float]]:
@@ -52,8 +52,6 @@ def measured(shapes: List[Tuple[int, int, int]]) -> List[Dict[str, float]]:
 
 def predicted(cluster: Cluster, kernel: str, shape: Tuple[int, int, int]) -> float:
     """Seconds the cost model charges `kernel` on one rank's `shape` (its blobs unsplit)."""
-    from oneflow_autoddl.adapter.calibrate_convs import blob_shapes
-
     place = Placement("cpu", (0,), (1,))
     tensors, inputs, local = [], {}, blob_shapes(kernel, shape)
     ops = []
@@ -85,13 +83,13 @@ def main():
     rows = []
     for shape, seconds in zip(SHAPES, stages):
         row = {"shape": " x ".join(map(str, shape))}
-        for kernel in KERNELS:
+        for kernel in CONV_KERNELS:
             row[f"{kernel}_ms"] = 1e3 * seconds[kernel]
             row[f"{kernel}_ratio"] = predicted(cluster, kernel, shape) / seconds[kernel]
         rows.append(row)
-    columns = ["shape"] + [f"{k}_{f}" for k in KERNELS for f in ("ms", "ratio")]
+    columns = ["shape"] + [f"{k}_{f}" for k in CONV_KERNELS for f in ("ms", "ratio")]
     headers = ["samples x channels x size (a rank)"] + [
-        f"{k} {f}" for k in KERNELS for f in ("ms", "predicted / measured")
+        f"{k} {f}" for k in CONV_KERNELS for f in ("ms", "predicted / measured")
     ]
     print(show(rows, columns, headers))
     write_json(args.json, rows)

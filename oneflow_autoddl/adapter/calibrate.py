@@ -51,6 +51,7 @@ from .chains import (
     STAGES,
     Chain,
     Holder,
+    TrainStep,
     broadcast_ones,
     set_repeats,
     split_ones,
@@ -158,18 +159,6 @@ class _Scaled(flow.nn.Module):
         return x.sum()
 
 
-class _TrainStep(flow.nn.Graph):
-    def __init__(self, module: flow.nn.Module, optimizer):
-        super().__init__()
-        self.module = module
-        self.add_optimizer(optimizer)
-
-    def build(self):
-        loss = self.module()
-        loss.backward()
-        return loss
-
-
 # Per optimizer update kind (cost.cluster.KERNEL_KINDS): the optimizer (lr 0: every step alike),
 # and the bytes its update op reads and writes an element as cost.compute counts them
 # (parameter, gradient, state).
@@ -192,8 +181,8 @@ def _update_bandwidths(place, per_op: float) -> Dict[str, float]:
     for kind, (make, nbytes) in UPDATE_KINDS.items():
         every, input_only = _Scaled(place, UPDATE_ELEMS), _Scaled(place, UPDATE_ELEMS)
         both, one = step_times(
-            _TrainStep(every, make(every.parameters())),
-            _TrainStep(input_only, make([input_only.x])),
+            TrainStep(every, make(every.parameters())),
+            TrainStep(input_only, make([input_only.x])),
         )
         update = (both - one) / STAGES - per_op
         out[kind] = nbytes * UPDATE_ELEMS / max(update, 1e-12)

@@ -21,24 +21,20 @@ carries that cost); each is net of the cost per op and of its FLOPs at the matmu
 as the rules give both to cost.compute.
 """
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import numpy as np
 import oneflow as flow
 
 from ..rules import get_rule
-from .chains import STAGES, split_ones
+from .chains import STAGES, TrainStep, broadcast_ones, split_ones
 
 # (samples per rank, channels, size) of the two convolutions, by a 3 x 3 filter padded to keep
 # the size: one mostly columns (a large image, a small filter), one mostly filter (a small image,
 # a large filter), so the two rates of each kernel solve apart.
 CONV_SHAPES = ((8, 32, 16), (4, 512, 2))
-# Per kernel (rule name): its (columns, filter) kinds, as its rule's passes name them.
-CONV_KERNELS = {
-    "conv2d": ("im2col", "conv_filter"),
-    "conv_data_grad": ("conv_data_grad_columns", "conv_data_grad_filter"),
-    "conv_filter_grad": ("conv_filter_grad_columns", "conv_filter_grad_filter"),
-}
+# The kernels whose passes calibrate measures (rule names); each rule names its two kinds.
+CONV_KERNELS = ("conv2d", "conv_data_grad", "conv_filter_grad")
 
 
 class _Convs(flow.nn.Module):
@@ -52,7 +48,7 @@ class _Convs(flow.nn.Module):
         self.x = flow.nn.Parameter(split_ones(place, batch * n, c, size, size))
         self.stages = stages
         for i in range(stages):
-            w = flow.ones(c, c, 3, 3).to_global(place, flow.sbp.broadcast) * 0.01
+            w = broadcast_ones(place, c, c, 3, 3)
             setattr(self, f"w{i}", flow.nn.Parameter(w, requires_grad=filter_grads))
 
     def forward(self):
@@ -71,18 +67,9 @@ class _Forward(flow.nn.Graph):
         return self.convs()
 
 
-class _Train(flow.nn.Graph):
+def _train(convs: _Convs) -> TrainStep:
     """A train step whose optimizer updates the input only (lr 0: every step alike)."""
-
-    def __init__(self, convs: _Convs):
-        super().__init__()
-        self.convs = convs
-        self.add_optimizer(flow.optim.SGD([convs.x], lr=0.0))
-
-    def build(self):
-        loss = self.convs()
-        loss.backward()
-        return loss
+    return TrainStep(convs, flow.optim.SGD([convs.x], lr=0.0))
 
 
 def conv_graphs(place, shape: Tuple[int, int, int]) -> Tuple[flow.nn.Graph, ...]:
@@ -90,10 +77,10 @@ def conv_graphs(place, shape: Tuple[int, int, int]) -> Tuple[flow.nn.Graph, ...]
     docstring), in the order stage_seconds reads their step times."""
     return (
         _Forward(_Convs(place, shape, STAGES, False)),
-        _Train(_Convs(place, shape, STAGES, False)),
-        _Train(_Convs(place, shape, STAGES, True)),
+        _train(_Convs(place, shape, STAGES, False)),
+        _train(_Convs(place, shape, STAGES, True)),
         _Forward(_Convs(place, shape, 0, False)),
-        _Train(_Convs(place, shape, 0, False)),
+        _train(_Convs(place, shape, 0, False)),
     )
 
 
@@ -119,15 +106,11 @@ def blob_shapes(kernel: str, shape: Tuple[int, int, int]) -> Dict[str, Tuple[int
     }[kernel]
 
 
-def work(kernel: str, shape: Tuple[int, int, int]) -> Tuple[float, List[float]]:
-    """(FLOPs, [columns elements, filter elements]) of a stage on one rank, from its rule."""
-    rule, attrs, local = (
-        get_rule(kernel),
-        {"kernel_size": [3, 3], "groups": 1},
-        blob_shapes(kernel, shape),
-    )
-    passes = dict(rule.passes)
-    return rule.flops(attrs, local), [passes[kind](attrs, local) for kind in CONV_KERNELS[kernel]]
+def work(kernel: str, shape: Tuple[int, int, int]) -> Tuple[float, Dict[str, float]]:
+    """(FLOPs, elements of each of its passes by kind) of a stage on one rank, from its rule."""
+    rule, local = get_rule(kernel), blob_shapes(kernel, shape)
+    attrs = {"kernel_size": [3, 3], "groups": 1}
+    return rule.flops(attrs, local), {kind: f(attrs, local) for kind, f in rule.passes}
 
 
 def pass_rates(stages: Sequence[Dict[str, float]], flops: float) -> Dict[str, float]:
@@ -136,12 +119,13 @@ def pass_rates(stages: Sequence[Dict[str, float]], flops: float) -> Dict[str, fl
     bytes at those rates. A rate lost in the noise (a solved time at or below zero) comes out
     above calibrate.IMPLAUSIBLE, so that calibrate measures again."""
     rates = {}
-    for kernel, kinds in CONV_KERNELS.items():
+    for kernel in CONV_KERNELS:
+        kinds = [kind for kind, _ in get_rule(kernel).passes]
         net, elements = [], []
         for shape, seconds in zip(CONV_SHAPES, stages):
             stage_flops, passes = work(kernel, shape)
             net.append(seconds[kernel] - stage_flops / flops)
-            elements.append([4.0 * e for e in passes])
+            elements.append([4.0 * passes[kind] for kind in kinds])
         inverse = np.linalg.solve(np.array(elements), np.array(net))
         rates.update({kind: 1.0 / max(x, 1e-18) for kind, x in zip(kinds, inverse)})
     return rates

@@ -51,6 +51,20 @@ class Chain(flow.nn.Graph):
         return x.sum() + z.sum()
 
 
+class TrainStep(flow.nn.Graph):
+    """A train step of `module` (its forward returns the loss) under `optimizer`."""
+
+    def __init__(self, module: flow.nn.Module, optimizer):
+        super().__init__()
+        self.module = module
+        self.add_optimizer(optimizer)
+
+    def build(self):
+        loss = self.module()
+        loss.backward()
+        return loss
+
+
 def _step(graph) -> None:
     """One step, waited for on this rank: its output's local part, so that fetching it moves
     nothing between ranks (a global fetch would, and across emulated nodes that added tens of ms
