@@ -100,6 +100,7 @@ class Descent:
         self.memo: Dict[tuple, object] = {} if memo is None else memo
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
         self._programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
+        self._whole_group: Union[List[int], None, bool] = False  # False: not looked for yet
 
     def _solvable(self, group: Sequence[int]) -> bool:
         """Whether eliminating the group keeps every table within `max_table_entries` (structure
@@ -173,6 +174,14 @@ class Descent:
             return True
         return False
 
+    def _whole(self) -> Optional[List[int]]:
+        """The group of every free variable, where it is one of the groups (it is solvable
+        within `max_table_entries`): re-solving it gives the objective's exact minimum."""
+        if self._whole_group is False:
+            free = [v for v in range(len(self.problem.domain)) if self.problem.is_free(v)]
+            self._whole_group = next((g for g in self.groups if g == free), None)
+        return self._whole_group  # type: ignore[return-value]
+
     def _reach(self, group: Sequence[int]) -> Set[int]:
         """Variables whose change can change this group's optimum: it and its neighbours."""
         p = self.problem
@@ -184,6 +193,10 @@ class Descent:
         """Sweep the groups (of at most `max_group` variables) until no step improves; a group is
         re-solved only if its reach changed."""
         x = list(x0)
+        whole = self._whole()
+        if whole is not None and (max_group is None or len(whole) <= max_group):
+            self.step(whole, x)  # the exact optimum: no group can lower it further
+            return x
         reach = [self._reach(g) for g in self.groups]
         stamp = [0] * len(x)  # step at which each variable last changed
         solved_at = [-1] * len(self.groups)

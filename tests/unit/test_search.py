@@ -189,6 +189,19 @@ def test_exhaustive_is_exhaustive_on_a_tiny_graph(cpu):
     assert len(free) >= 3
 
 
+def test_a_descent_whose_groups_include_every_variable_solves_that_group_alone(cpu):
+    """Where every free variable fits in one solvable group, one exact re-solve of it is the
+    optimum: the descent takes that one step from any start, and lands on the optimum."""
+    problem = Problem(residual((2, 2)), CostModel(cpu, (2, 2)))
+    _, optimum = solve_exhaustive(problem)
+    rng = np.random.RandomState(2)
+    for _ in range(5):
+        d = Descent(problem)
+        x = d.run([int(rng.randint(k)) for k in problem.domain])
+        assert d.steps == 1
+        assert problem.objective(x) == pytest.approx(optimum, rel=1e-12)
+
+
 def test_factor_objective_is_the_exact_evaluation(cpu):
     problem = Problem(residual((2, 2)), CostModel(cpu, (2, 2)))
     rng = np.random.RandomState(0)
