@@ -47,15 +47,13 @@ def _native_graph(build, model, mesh, options, cluster):
     """OneFlow's native plan, compiled as is, or (when OneFlow 0.9.0 would abort on it, boxing a
     split variable across ranks) applied through AutoDDL's write-back, which reads such
     variables through copies. `build`: a builder's build function, called with `options`.
-    Returns (graph, inputs, note, seconds the traced build with the native pass took)."""
+    Returns (graph, inputs, note)."""
     probe, inputs = build(model, mesh, plan="native", **options)
-    start = time.perf_counter()
     job, _ = probe.build_graph(*inputs)
-    traced_s = time.perf_counter() - start
     hazards = variables_boxed_across_ranks(job)
     if not hazards:
         graph, inputs = build(model, mesh, plan="native", **options)
-        return graph, inputs, "as OneFlow compiled it", traced_s
+        return graph, inputs, "as OneFlow compiled it"
     fd, path = tempfile.mkstemp(prefix="autoddl-native-plan-", suffix=".json")
     os.close(fd)
     atexit.register(
@@ -70,16 +68,27 @@ def _native_graph(build, model, mesh, options, cluster):
             f"OneFlow's plan boxes {len(hazards)} split variables across ranks, which aborts "
             f"0.9.0 on CPU (register.cpp:75); run through AutoDDL's write-back instead"
         ),
-        traced_s,
     )
 
 
-def _traced_s(build, model, mesh, options) -> float:
-    """Seconds data parallel's graph takes to trace (build_graph, no auto-parallel pass)."""
-    probe, inputs = build(model, mesh, plan="dp", **options)
-    start = time.perf_counter()
-    probe.build_graph(*inputs)
-    return time.perf_counter() - start
+PASS_PAIRS = 4  # traces with the native pass and without it, timed in turns
+
+
+def native_pass_seconds(build, model, mesh, options, pairs: int = PASS_PAIRS):
+    """(the seconds OneFlow's native pass adds to a trace, the trace's seconds without it): the
+    medians over `pairs` traces of each, taken in turns after one untimed of each (the first
+    trace in a process pays for warming OneFlow up, more than the pass on small models), the
+    pass's as the median of each pair's difference. `build` and `options` as _native_graph's."""
+    seconds: dict = {"dp": [], "native": []}
+    for i in range(pairs + 1):
+        for plan in ("native", "dp") if i % 2 else ("dp", "native"):
+            graph, inputs = build(model, mesh, plan=plan, **options)
+            start = time.perf_counter()
+            graph.build_graph(*inputs)
+            if i:
+                seconds[plan].append(time.perf_counter() - start)
+    added = [n - d for n, d in zip(seconds["native"], seconds["dp"])]
+    return statistics.median(added), statistics.median(seconds["dp"])
 
 
 def _no_rule(plan) -> dict:
@@ -135,7 +144,7 @@ def measure(
     gives the graphs (examples.models, examples.zoo; batch None: the zoo model's own). Every
     row holds the plan's first call (trace, pass, compile and one step) and the op types it
     left with no rule; with `pass_time`, the native row also the time OneFlow's native pass
-    adds to the trace (a data parallel trace subtracted); with `reorder_steps`, the data parallel
+    adds to the trace (native_pass_seconds); with `reorder_steps`, the data parallel
     row also the losses of that many steps on the batch reordered within each shard
     (`reordered_losses`).
 
@@ -150,9 +159,9 @@ def measure(
     for plan in plans:
         note = ""
         if plan == "native":
-            graph, inputs, note, traced = _native_graph(build, model, mesh, options, cluster)
+            graph, inputs, note = _native_graph(build, model, mesh, options, cluster)
             if pass_time:
-                native_pass = traced - _traced_s(build, model, mesh, options)
+                native_pass, _ = native_pass_seconds(build, model, mesh, options)
         else:
             graph, inputs = build(model, mesh, plan=plan, cluster=cluster, **options)
         start = time.perf_counter()
@@ -219,39 +228,44 @@ def _step_on(compiled: Graph, cluster: str):
         return None
 
 
-def planning_time(model: str, mesh: str, sizes=None, batch: int = 8, cluster: str = "cpu-local"):
-    """On the ranks of `mesh`, for one model's traced Job: OneFlow's native pass (build_graph with
-    it on, minus off), AutoDDL's plan with rank 0 planning alone (the others waiting at a
-    barrier), and with every rank planning together; whether the two plans are the same."""
+def planning_time(
+    model: str,
+    mesh: str,
+    sizes=None,
+    batch: int = 8,
+    cluster: str = "cpu-local",
+    repeats: int = PASS_PAIRS,
+):
+    """On the ranks of `mesh`, for one model's traced Job: OneFlow's native pass (the time it adds
+    to a trace, native_pass_seconds), AutoDDL's plan with rank 0 planning alone (the others
+    waiting at a barrier) and with every rank planning together, each the median of `repeats`
+    plans taken in turns; whether the two plans are the same."""
     from oneflow_autoddl.adapter.ranks import RankExecutor
     from oneflow_autoddl.planner import plan
     from oneflow_autoddl.search.executor import SERIAL
 
-    times = {}
-    for planner in ("dp", "native"):
-        graph, inputs = rank_models.build(model, mesh, plan=planner, batch=batch, sizes=sizes)
+    options = dict(batch=batch, sizes=sizes)
+    native_s, build_s = native_pass_seconds(rank_models.build, model, mesh, options, repeats)
+    graph, inputs = rank_models.build(model, mesh, plan="dp", **options)
+    ir = read_job(graph.build_graph(*inputs)[0])
+    alone_s, together_s = [], []
+    for _ in range(repeats):
+        flow.comm.barrier()
         start = time.perf_counter()
-        job, _ = graph.build_graph(*inputs)
-        times[planner] = time.perf_counter() - start
-        if planner == "dp":
-            ir = read_job(job)
-
-    flow.comm.barrier()
-    start = time.perf_counter()
-    alone = plan(ir, cluster, executor=SERIAL) if flow.env.get_rank() == 0 else None
-    flow.comm.barrier()
-    alone_s = time.perf_counter() - start
-    start = time.perf_counter()
-    together = plan(ir, cluster, executor=RankExecutor())
-    together_s = time.perf_counter() - start
+        alone = plan(ir, cluster, executor=SERIAL) if flow.env.get_rank() == 0 else None
+        flow.comm.barrier()
+        alone_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        together = plan(ir, cluster, executor=RankExecutor())
+        together_s.append(time.perf_counter() - start)
     return {
         "model": model,
         "mesh": mesh,
         "ops": len(ir.ops),
-        "native_s": times["native"] - times["dp"],
-        "build_s": times["dp"],
-        "alone_s": alone_s,
-        "together_s": together_s,
+        "native_s": native_s,
+        "build_s": build_s,
+        "alone_s": statistics.median(alone_s),
+        "together_s": statistics.median(together_s),
         "same_plan": alone is None or alone.digest() == together.digest(),
         "predicted_step_s": together.predicted.step_time_s,
         "predicted_bytes": together.predicted.bytes_per_device,

@@ -3,7 +3,7 @@
     python -m benchmarks.search_time [--json times.json]
 
 1. The examples' GPT and VGG at their default sizes, traced on 2, 4 and 2 x 2 CPU ranks: the
-   native pass's time (build_graph with enable_auto_parallel on, minus off) beside AutoDDL's
+   native pass's time (what it adds to a trace: rank_bench.native_pass_seconds) beside AutoDDL's
    plan of the same Job with rank 0 planning alone and with every rank planning together
    (and whether the two plans are the same).
 2. The built-in GPT-3 (hidden 12288, 96 heads, sequence 2048, batch 128) on dgx-a100:
