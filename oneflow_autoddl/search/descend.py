@@ -61,6 +61,13 @@ def descent(
     return d
 
 
+def worth_splitting(problem: Problem, options: SearchOptions) -> bool:
+    """Whether the descents are worth splitting over several workers: not where one group holds
+    every free variable, since each descent is then one exact elimination and the workers
+    would spend more exchanging results than they save."""
+    return descent(problem, 0.0, SERIAL, options).whole() is None
+
+
 def sweep(
     problem: Problem, start: Assignment, memory_weight: Price, options: SearchOptions
 ) -> Assignment:

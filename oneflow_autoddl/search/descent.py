@@ -174,7 +174,7 @@ class Descent:
             return True
         return False
 
-    def _whole(self) -> Optional[List[int]]:
+    def whole(self) -> Optional[List[int]]:
         """The group of every free variable, where it is one of the groups (it is solvable
         within `max_table_entries`): re-solving it gives the objective's exact minimum."""
         if self._whole_group is False:
@@ -193,7 +193,7 @@ class Descent:
         """Sweep the groups (of at most `max_group` variables) until no step improves; a group is
         re-solved only if its reach changed."""
         x = list(x0)
-        whole = self._whole()
+        whole = self.whole()
         if whole is not None and (max_group is None or len(whole) <= max_group):
             self.step(whole, x)  # the exact optimum: no group can lower it further
             return x

@@ -1,8 +1,10 @@
-"""Every rank plans: the same plan with 1, 2 and 4 ranks searching; a second identical compile
-reads its plan from the cache, and a changed shape or cluster does not."""
+"""Every rank plans: the same plan with 1, 2 and 4 ranks searching, and where one rank searches
+for all; a second identical compile reads its plan from the cache, and a changed shape or cluster
+does not."""
 
 import pytest
 
+from tests.ranks.cases import ALONE_CASE
 from tests.ranks.cases import PLANNING_CASE as CASE
 from tests.unit.test_pinned_plans import current
 
@@ -27,6 +29,14 @@ def test_one_two_and_four_ranks_plan_alike(on_two, two_by_two):
     digests = {r["digest"] for rows in plans.values() for r in rows}
     print({n: [round(r.get("seconds", 0.0), 2) for r in rows] for n, rows in plans.items()})
     assert len(digests) == 1, plans
+
+
+@pytest.mark.ranks
+def test_where_one_rank_searches_for_both_they_take_its_plan(ranks):
+    """ALONE_CASE's descents are not worth splitting (planner.search): rank 0 searches, rank 1
+    takes its result, and both write the plan one process makes."""
+    rows = ranks("tests.ranks.rank_planning:plan_together", 2, timeout=600, case=ALONE_CASE)
+    assert {r["digest"] for r in rows} == {current(ALONE_CASE)["digest"]}
 
 
 @pytest.mark.ranks

@@ -533,6 +533,34 @@ def test_ranks_search_together_only_where_each_has_a_core(ranks, together):
     assert ranks_have_own_cores(ranks) is together
 
 
+class Recording:
+    """An executor of two workers, run here, that records how many tasks each map hands out."""
+
+    workers = 2
+
+    def __init__(self):
+        self.maps = []
+
+    def map(self, fn, tasks):
+        self.maps.append(len(tasks))
+        return [fn(t) for t in tasks]
+
+
+@pytest.mark.parametrize("max_group_vars, split", [(400, False), (3, True)])
+def test_workers_split_the_descents_only_where_no_group_holds_every_variable(
+    cpu, max_group_vars, split
+):
+    """Where one group holds every free variable each descent is one elimination, and one worker
+    searches alone (a single task); otherwise the descents are split. The plan is the same as
+    searching here alone."""
+    options = SearchOptions(max_group_vars=max_group_vars)
+    executor = Recording()
+    together = plan(residual((2, 2)), cpu, options=options, executor=executor)
+    assert (max(executor.maps) > 1) is split
+    assert split or executor.maps == [1]
+    assert together.digest() == plan(residual((2, 2)), cpu, options=options).digest()
+
+
 def test_where_memory_binds_the_search_returns_no_plan_slower_than_a_start_that_fits():
     """The memory fit settles on the first price at which a plan fits; an expert plan that fits
     as it is and runs faster wins over it (plan_quality's GPT-13B on 128 x 8: 273.5 s a step
