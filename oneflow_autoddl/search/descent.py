@@ -191,11 +191,13 @@ class Descent:
         self, x0: Sequence[int], max_sweeps: int = 100, max_group: Optional[int] = None
     ) -> List[int]:
         """Sweep the groups (of at most `max_group` variables) until no step improves; a group is
-        re-solved only if its reach changed."""
+        re-solved only if its reach changed. Where one group holds every free variable, the run
+        is that group's exact re-solve whatever `max_group` says: no group can lower its optimum,
+        and it is solved once for every start (its boundary is empty, so it is memoised)."""
         x = list(x0)
         whole = self.whole()
-        if whole is not None and (max_group is None or len(whole) <= max_group):
-            self.step(whole, x)  # the exact optimum: no group can lower it further
+        if whole is not None:
+            self.step(whole, x)
             return x
         reach = [self._reach(g) for g in self.groups]
         stamp = [0] * len(x)  # step at which each variable last changed
