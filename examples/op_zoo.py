@@ -1,6 +1,7 @@
 """A small training graph that uses every op type the zoo's rules brought (BatchNorm, pools,
-activations, concat, slice, narrow, roll, expand, gather_nd, casts, the two-stage max of a
-class-split softmax, ...), so that a Job with any of their candidates compiles in seconds.
+activations, concat, slice, slice_update, narrow, roll, expand, gather_nd, casts, the two-stage
+max of a class-split softmax, ...), so that a Job with any of their candidates compiles in
+seconds.
 
 Past the convolution, BatchNorm and pools everything is 2-D (batch, features): the
 candidates of an op grow with its rank (on a 2 x 2 mesh, as the square of its 1-D list), and
@@ -56,14 +57,15 @@ class OpZoo(flow.nn.Module):
         return a * mask + z.to(flow.float64).to(flow.float32)
 
     def pieces(self, a):
-        """(batch, 2 c) from slices and narrows of the 3 c features, rolled, concatenated and
-        scaled by gains unsqueezed to rows."""
+        """(batch, 2 c) from slices and narrows of the 3 c features, rolled, concatenated,
+        scaled by gains unsqueezed to rows, and part of it added to in place."""
         c = CHANNELS
         cut = a[:, :c] + a[:, 2 * c :] + a.narrow(1, c, c) + a.narrow(1, 2 * c, c)
         cut = cut * self.gains[0][None, :] + self.scale.expand(BATCH, c)
         cut = flow.cat([cut, flow.roll(cut, 1, 1)], dim=1) * flow.cat(
             [self.gains[1][None, :], self.gains[2][None, :]], dim=1
         )
+        cut[:, :c] += a[:, c : 2 * c]  # written in place: a slice_update
         return cut + a.narrow(1, 0, 2 * c)
 
     def forward(self, x):

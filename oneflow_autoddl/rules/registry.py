@@ -105,6 +105,9 @@ class Contraction:
 ContractionFn = Callable[[OpView], Contraction]
 # Whether an op may be replicated (the all-broadcast signature OneFlow appends to every list).
 ReplicatedFn = Callable[[OpView], bool]
+# Whether the op's kernel computes an n-D signature (a product of its 1-D ones) right: a few
+# kernels read some products wrongly, and OneFlow would fail or compute something else.
+NdFn = Callable[[OpView, Signature], bool]
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ class Rule:
     # False where replicating the op computes something else than splitting it does (training
     # BatchNorm's statistics are per shard): then the rule's own list is all there is.
     replicated: Union[bool, ReplicatedFn] = True
+    nd_computes: Optional[NdFn] = None  # None: every n-D product computes right
 
     def kernel_kind(self, v: OpView) -> Optional[str]:
         return self.kernel(v) if callable(self.kernel) else self.kernel
@@ -148,13 +152,15 @@ def rule(
     workspace: Optional[WorkspaceFn] = None,
     passes: Optional[Mapping[str, PassFn]] = None,
     replicated: Union[bool, ReplicatedFn] = True,
+    nd_computes: Optional[NdFn] = None,
 ):
     """Register `fn` as the 1-D SBP rule of `op_types`, with what else the op means: for
     compute-bound ops their FLOPs, for slow kernels their kind, for an optimizer's update its
     blobs (whose mutable ones keep their SBP), for a matrix product its dimensions, for a kernel
     with a scratch buffer its size, for a kernel that passes over data below its roofline (a
-    convolution's columns and filter on CPU) the elements of each pass by kernel kind, and
-    whether replicating it computes what splitting it does."""
+    convolution's columns and filter on CPU) the elements of each pass by kernel kind, whether
+    replicating it computes what splitting it does, and which n-D products its kernel computes
+    right (all where not given)."""
 
     def register(fn: RuleFn) -> RuleFn:
         mutable = tuple(same_sbp) + (update.mutable if update else ())
@@ -173,6 +179,7 @@ def rule(
                 workspace,
                 tuple(sorted((passes or {}).items())),
                 replicated,
+                nd_computes,
             )
         return fn
 
@@ -244,10 +251,14 @@ def candidates(graph: Graph, op: Op, hierarchy: Optional[Sequence[int]] = None) 
     """Valid n-D signatures of `op` on its mesh (or `hierarchy`), in OneFlow's order."""
     hierarchy = tuple(hierarchy or op.placement.hierarchy)
     per_axis = {h: one_d_candidates(graph, op, h) for h in set(hierarchy)}
+    computes = _RULES[op.type].nd_computes if len(hierarchy) > 1 else None
+    view = OpView(graph, op, 1)
     out, seen_inputs = [], set()
     for combo in itertools.product(*(per_axis[h] for h in hierarchy)):
         sig = product_signature(combo)
         if not _fits(graph, op, sig, hierarchy):
+            continue
+        if computes is not None and not computes(view, sig):
             continue
         if len(hierarchy) > 1 and op.inputs:
             # n-D inference reads only the inputs of a conf and takes the first candidate

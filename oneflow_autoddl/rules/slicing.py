@@ -1,6 +1,7 @@
-"""Pieces of tensors along an axis: concat and its gradient split_like, slice, narrow and roll
-(concat_op, split_like_op, slice_op, narrow_op, roll_op at v0.9.0). The axis cut or joined is
-never split, but where a piece is the whole axis."""
+"""Pieces of tensors along an axis: concat and its gradient split_like, slice, slice_update,
+narrow and roll (concat_op, split_like_op, slice_op, narrow_op, roll_op at v0.9.0). The axis
+cut or joined is never split, but where a piece is the whole axis (slice_update, which writes
+each device's part of the region into its shard, also splits the axes it cuts)."""
 
 from ..sbp import B, P, S
 from .registry import rule
@@ -48,6 +49,30 @@ def slice_(v):
     sigs = []
     for i, whole in enumerate(_whole_axes(v, v.shape("x_0"))):
         sigs.append({"x_0": S(i), "y_0": S(i) if whole else P})
+    return sigs + [v.all(P)]
+
+
+def _one_way_per_axis(v, sig) -> bool:
+    """slice_update_op's kernel at v0.9.0 takes a mesh axis over which ref and value are split
+    alike as whole, and cuts the region by the other mesh axes: a tensor axis split that way on
+    one mesh axis and with value whole on another is cut at the wrong offsets (a failed check in
+    WriteSlice, seen on 2 x 2 CPU ranks)."""
+    pairs = list(zip(sig["ref_0"], sig["value_0"]))
+    alike = {r.axis for r, val in pairs if r.is_split and val.is_split}
+    alone = {r.axis for r, val in pairs if r.is_split and not val.is_split}
+    return not alike & alone
+
+
+@rule("slice_update", nd_computes=_one_way_per_axis)
+def slice_update(v):
+    """`value` written into the region of `ref` the slice names, giving y: ref and y split on any
+    axis with value whole (each device writes the part of the region its shard holds); value
+    split too where the axis is kept whole; partial sums update into partial sums."""
+    sigs = []
+    for i, whole in enumerate(_whole_axes(v, v.shape("ref_0"))):
+        sigs.append({"ref_0": S(i), "value_0": B, "y_0": S(i)})
+        if whole:
+            sigs.append(v.all(S(i)))
     return sigs + [v.all(P)]
 
 

@@ -1,5 +1,5 @@
 """System ops and ops OneFlow infers by itself (variable_op, identity_op,
-learning_rate_schedule_op, ones_like_op, hierarchical_parallel_cast_op at v0.9.0)."""
+learning_rate_schedule_op, ones_like_op, hierarchical_parallel_cast_op, constant_op at v0.9.0)."""
 
 from ..sbp import B, P, S
 from .registry import rule
@@ -43,4 +43,11 @@ def interface(v):
 def parallel_cast(v):
     """What `to_global(sbp=...)` leaves in a graph (forward and backward): its n-D inference
     takes the SBP from its `nd_sbp` attribute, whatever a conf says."""
+    return []
+
+
+@rule("constant", fixed=True)
+def constant(v):
+    """A tensor filled with one value, made where it is used: a source op whose n-D inference
+    (InferNdSbp4SrcOp) takes the SBP from its `nd_sbp` attribute, B where that is empty."""
     return []

@@ -16,7 +16,8 @@ import pytest
 # The op types examples/op_zoo.py exists for: those of the zoo's rules that a traced Job can hold
 # (sparse_softmax_cross_entropy_ms never does: a pass inside build_graph replaces it by the
 # two-stage max, exp, sums and nll; its gradient stays). Its hierarchical_parallel_cast (what
-# to_global leaves) takes its SBP from its attribute: nothing to try.
+# to_global leaves) and constant (the zeros of slice_update's gradient) take their SBP from
+# their attributes: nothing to try.
 POOLS = tuple(
     f"{kind}{d}{grad}"
     for kind in ("avg_pool_", "adaptive_avg_pool")
@@ -43,6 +44,7 @@ OP_TYPES = (
     "split_like",
     "slice",
     "slice_grad",
+    "slice_update",
     "narrow",
     "narrow_grad",
     "roll",

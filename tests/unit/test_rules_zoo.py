@@ -141,6 +141,47 @@ def test_slice_of_a_split_axis_is_a_partial_sum():
     ]
 
 
+def _slice_update(kit):
+    ref, value = kit.input("ref", (8, 6)), kit.input("value", (8, 3))
+    kit.op(
+        "u",
+        "slice_update",
+        {"ref_0": ref, "value_0": value},
+        {"y_0": (8, 6)},
+        start=[0, 0],
+        stop=[8, 3],
+        step=[1, 1],
+    )
+
+
+def test_slice_update_writes_a_whole_value_into_any_split_of_ref():
+    kit = Kit()
+    _slice_update(kit)
+    assert _one_d(kit, "u") == [
+        {"ref_0": "S(0)", "value_0": "B", "y_0": "S(0)"},
+        {"ref_0": "S(0)", "value_0": "S(0)", "y_0": "S(0)"},
+        {"ref_0": "S(1)", "value_0": "B", "y_0": "S(1)"},
+        {"ref_0": "P", "value_0": "P", "y_0": "P"},
+        {"ref_0": "B", "value_0": "B", "y_0": "B"},
+    ]
+
+
+def test_slice_update_never_splits_an_axis_both_with_and_without_value():
+    """Its kernel cuts the region at the wrong offsets where one mesh axis splits ref and value
+    alike and another splits ref alone along the same tensor axis (seen on 2 x 2 ranks)."""
+    kit = Kit(mesh=(2, 2))
+    _slice_update(kit)
+    g = kit.graph()
+    pairs = {(sig["ref_0"], sig["value_0"]) for sig in candidates(g, g.op("u"))}
+    assert ((S(0), S(0)), (B, B)) in pairs and ((S(0), S(0)), (S(0), S(0))) in pairs
+    assert ((S(0), S(0)), (S(0), B)) not in pairs and ((S(0), S(0)), (B, S(0))) not in pairs
+    assert ((S(0), S(1)), (S(0), B)) in pairs
+
+
+def test_constants_keep_their_attribute_sbp():
+    assert get_rule("constant").fixed
+
+
 def test_split_like_reads_likes_for_their_shape_only():
     kit = Kit()
     x = kit.input("x", (8, 6))
