@@ -1,7 +1,7 @@
 """A small training graph that uses every op type the zoo's rules brought (BatchNorm, pools,
-activations, concat, slice, slice_update, narrow, roll, expand, gather_nd, casts, the two-stage
-max of a class-split softmax, ...), so that a Job with any of their candidates compiles in
-seconds.
+upsampling, activations, concat, slice, slice_update, narrow, roll, expand, gather_nd, casts,
+the two-stage max of a class-split softmax, ...), so that a Job with any of their candidates
+compiles in seconds.
 
 Past the convolution, BatchNorm and pools everything is 2-D (batch, features): the
 candidates of an op grow with its rank (on a 2 x 2 mesh, as the square of its 1-D list), and
@@ -41,10 +41,13 @@ class OpZoo(flow.nn.Module):
         self.fc = flow.nn.Linear(4 * c, CLASSES)
 
     def pools(self, h):
-        """(batch, 3 c) from 1-, 2- and 3-D average and adaptive average pools."""
+        """(batch, 3 c) from 1-, 2- and 3-D average and adaptive average pools (the first two
+        of upsampled images)."""
         n, c = BATCH, CHANNELS
-        one = F.adaptive_avg_pool1d(F.avg_pool1d(h.reshape(n, c, SIZE * SIZE), 4), 1)
-        two = F.adaptive_avg_pool2d(F.avg_pool2d(h, 2), 1)
+        wide = F.interpolate(h.reshape(n, c, SIZE * SIZE), scale_factor=2.0, mode="nearest")
+        one = F.adaptive_avg_pool1d(F.avg_pool1d(wide, 8), 1)
+        large = F.interpolate(h, scale_factor=2.0, mode="bilinear", align_corners=False)
+        two = F.adaptive_avg_pool2d(F.avg_pool2d(large, 4), 1)
         three = F.adaptive_avg_pool3d(F.avg_pool3d(h.reshape(n, c, 4, 4, 4), 2), 1)
         pairs = flow.cat([one.reshape(n, c), two.reshape(n, c)], dim=1)
         return flow.cat([pairs, three.reshape(n, c)], dim=1)

@@ -1,5 +1,6 @@
-"""Pooling (max_pool_op, avg_pool_op, adaptive_pool_op at v0.9.0): batch and channel splits only,
-whatever the data format (OneFlow does not read it)."""
+"""Pooling and resizing (max_pool_op, avg_pool_op, adaptive_pool_op, upsample_op at v0.9.0):
+pools split batch and channel only, whatever the data format (OneFlow does not read it);
+upsampling splits the batch only."""
 
 from ..sbp import S
 from .registry import rule, split_each_axis
@@ -33,3 +34,20 @@ def avg_pool_grad(v):
 def adaptive_avg_pool(v):
     """Axes below min(2, ndim): batch and channel of NC... input."""
     return split_each_axis(v, min(2, v.ndim("x_0")))
+
+
+UPSAMPLES = (
+    "upsample_linear_1d",
+    "upsample_nearest_1d",
+    "upsample_nearest_2d",
+    "upsample_bilinear_2d",
+    "upsample_bicubic_2d",
+    "upsample_nearest_3d",
+    "upsample_trilinear_3d",
+)
+
+
+@rule(*UPSAMPLES, *(f"{op}_grad" for op in UPSAMPLES))
+def upsample(v):
+    """Every blob split on the batch (the gradient's x is read for its shape)."""
+    return [v.all(S(0))]

@@ -24,6 +24,9 @@ POOLS = tuple(
     for d in ("1d", "2d", "3d")
     for grad in ("", "_grad")
 )
+UPSAMPLES = tuple(
+    f"upsample_{kind}{grad}" for kind in ("nearest_1d", "bilinear_2d") for grad in ("", "_grad")
+)
 ACTIVATIONS = tuple(
     f"{op}{grad}"
     for op in ("hardtanh", "hardswish", "hardsigmoid", "silu", "sigmoid", "tanh", "exp", "log")
@@ -31,6 +34,7 @@ ACTIVATIONS = tuple(
 )
 OP_TYPES = (
     *POOLS,
+    *UPSAMPLES,
     *ACTIVATIONS,
     "normalization",
     "normalization_grad",

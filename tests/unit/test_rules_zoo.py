@@ -178,6 +178,13 @@ def test_slice_update_never_splits_an_axis_both_with_and_without_value():
     assert ((S(0), S(1)), (S(0), B)) in pairs
 
 
+def test_upsampling_splits_the_batch_only():
+    kit = Kit()
+    x = kit.input("x", (4, 8, 6, 6))
+    kit.op("up", "upsample_bilinear_2d", {"x_0": x}, {"y_0": (4, 8, 12, 12)}, output_size=[12, 12])
+    assert _one_d(kit, "up") == [{"x_0": "S(0)", "y_0": "S(0)"}, {"x_0": "B", "y_0": "B"}]
+
+
 def test_constants_keep_their_attribute_sbp():
     assert get_rule("constant").fixed
 
