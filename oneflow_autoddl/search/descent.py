@@ -100,7 +100,8 @@ class Descent:
         self.memo: Dict[tuple, object] = {} if memo is None else memo
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
         self._programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
-        self._whole_group: Union[List[int], None, bool] = False  # False: not looked for yet
+        self._whole_group: Optional[List[int]] = None
+        self._whole_sought = False
 
     def _solvable(self, group: Sequence[int]) -> bool:
         """Whether eliminating the group keeps every table within `max_table_entries` (structure
@@ -177,10 +178,11 @@ class Descent:
     def whole(self) -> Optional[List[int]]:
         """The group of every free variable, where it is one of the groups (it is solvable
         within `max_table_entries`): re-solving it gives the objective's exact minimum."""
-        if self._whole_group is False:
+        if not self._whole_sought:
             free = [v for v in range(len(self.problem.domain)) if self.problem.is_free(v)]
             self._whole_group = next((g for g in self.groups if g == free), None)
-        return self._whole_group  # type: ignore[return-value]
+            self._whole_sought = True
+        return self._whole_group
 
     def _reach(self, group: Sequence[int]) -> Set[int]:
         """Variables whose change can change this group's optimum: it and its neighbours."""
