@@ -71,22 +71,30 @@ def _native_graph(build, model, mesh, options, cluster):
     )
 
 
-PASS_PAIRS = 4  # traces with the native pass and without it, timed in turns
+PASS_PAIRS = 4  # traces with the native pass and without it, timed in turns, at most
+PASS_BUDGET_S = 30.0  # seconds of such traces after which no further pair is started
 
 
-def native_pass_seconds(build, model, mesh, options, pairs: int = PASS_PAIRS):
+def native_pass_seconds(
+    build, model, mesh, options, pairs: int = PASS_PAIRS, budget: float = PASS_BUDGET_S
+):
     """(the seconds OneFlow's native pass adds to a trace, the trace's seconds without it): the
-    medians over `pairs` traces of each, taken in turns after one untimed of each (the first
-    trace in a process pays for warming OneFlow up, more than the pass on small models), the
-    pass's as the median of each pair's difference. `build` and `options` as _native_graph's."""
+    medians over up to `pairs` traces of each, taken in turns, the pass's as the median of each
+    pair's difference; pairs stop once they have taken `budget` seconds (one pair of a model
+    whose pass takes a minute is as telling as four of one whose pass takes a tenth of a
+    second). The process must have traced a graph before: the first trace pays for warming
+    OneFlow up, more than the pass on small models. `build` and `options` as _native_graph's."""
     seconds: dict = {"dp": [], "native": []}
-    for i in range(pairs + 1):
+    spent = 0.0
+    for i in range(pairs):
         for plan in ("native", "dp") if i % 2 else ("dp", "native"):
             graph, inputs = build(model, mesh, plan=plan, **options)
             start = time.perf_counter()
             graph.build_graph(*inputs)
-            if i:
-                seconds[plan].append(time.perf_counter() - start)
+            seconds[plan].append(time.perf_counter() - start)
+        spent += seconds["dp"][-1] + seconds["native"][-1]
+        if spent > budget:
+            break
     added = [n - d for n, d in zip(seconds["native"], seconds["dp"])]
     return statistics.median(added), statistics.median(seconds["dp"])
 
@@ -245,9 +253,9 @@ def planning_time(
     from oneflow_autoddl.search.executor import SERIAL
 
     options = dict(batch=batch, sizes=sizes)
-    native_s, build_s = native_pass_seconds(rank_models.build, model, mesh, options, repeats)
     graph, inputs = rank_models.build(model, mesh, plan="dp", **options)
-    ir = read_job(graph.build_graph(*inputs)[0])
+    ir = read_job(graph.build_graph(*inputs)[0])  # also warms OneFlow up for the pass's traces
+    native_s, build_s = native_pass_seconds(rank_models.build, model, mesh, options, repeats)
     alone_s, together_s = [], []
     for _ in range(repeats):
         flow.comm.barrier()
