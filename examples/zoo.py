@@ -102,6 +102,25 @@ ZOO: Dict[str, ZooModel] = {
 }
 
 
+def held_out(name: str) -> ZooModel:
+    """Any other model flowvision builds, by its constructor's name (the held-out models issue
+    16 is also checked on): 10 classes where the constructor takes a class count (its own
+    otherwise), at 224 px unless told another size."""
+    if not callable(getattr(models, name, None)):
+        raise ValueError(
+            f"unknown zoo model {name!r}: name one of {', '.join(ZOO)} or any constructor in "
+            f"flowvision.models"
+        )
+
+    def make(image_size: int, num_classes: int) -> flow.nn.Module:
+        try:
+            return getattr(models, name)(num_classes=num_classes)
+        except TypeError:
+            return getattr(models, name)()
+
+    return ZooModel(make, 224)
+
+
 def without_dropout(module: flow.nn.Module) -> flow.nn.Module:
     """Every dropout's, stochastic depth's and drop-path's probability set to 0: no random masks
     (EfficientNet's stochastic depth also cannot trace in a graph: it asks a global tensor for
@@ -115,10 +134,9 @@ def without_dropout(module: flow.nn.Module) -> flow.nn.Module:
 
 
 def make_model(name: str, image_size: Optional[int] = None) -> Tuple[flow.nn.Module, int]:
-    """(the model without dropout, its image size), on the CPU of this process."""
-    if name not in ZOO:
-        raise ValueError(f"unknown zoo model {name!r}; choose one of {', '.join(ZOO)}")
-    spec = ZOO[name]
+    """(the model without dropout, its image size), on the CPU of this process; a name not in
+    ZOO is a held-out flowvision model (`held_out`)."""
+    spec = ZOO[name] if name in ZOO else held_out(name)
     size = image_size or spec.image_size
     flow.manual_seed(0)
     return without_dropout(spec.make(size, NUM_CLASSES)), size
@@ -151,7 +169,7 @@ def build(
     if unknown:
         raise TypeError(f"zoo models take only an image_size, not {sorted(unknown)}")
     model, size = make_model(name, (sizes or {}).get("image_size"))
-    batch = batch or ZOO[name].batch
+    batch = batch or (ZOO[name].batch if name in ZOO else ZooModel.batch)
     net = replicate(model, mesh)
     rng = np.random.RandomState(0)
     x = rng.randn(batch, 3, size, size).astype(np.float32)
