@@ -15,7 +15,6 @@ import oneflow as flow
 import oneflow_autoddl
 from benchmarks.bench import round_orders
 from benchmarks.netcluster import link_counters, tcp_payload
-from examples import models as rank_models
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks
 from oneflow_autoddl.errors import ClusterError
@@ -240,22 +239,24 @@ def planning_time(
     model: str,
     mesh: str,
     sizes=None,
-    batch: int = 8,
+    batch: Optional[int] = 8,
     cluster: str = "cpu-local",
     repeats: int = PASS_PAIRS,
+    builder: str = "examples.models",
 ):
     """On the ranks of `mesh`, for one model's traced Job: OneFlow's native pass (the time it adds
     to a trace, native_pass_seconds), AutoDDL's plan with rank 0 planning alone (the others
     waiting at a barrier) and with every rank planning together, each the median of `repeats`
-    plans taken in turns; whether the two plans are the same."""
+    plans taken in turns; whether the two plans are the same. `builder` as measure's."""
     from oneflow_autoddl.adapter.ranks import RankExecutor
     from oneflow_autoddl.planner import plan
     from oneflow_autoddl.search.executor import SERIAL
 
+    build = importlib.import_module(builder).build
     options = dict(batch=batch, sizes=sizes)
-    graph, inputs = rank_models.build(model, mesh, plan="dp", **options)
+    graph, inputs = build(model, mesh, plan="dp", **options)
     ir = read_job(graph.build_graph(*inputs)[0])  # also warms OneFlow up for the pass's traces
-    native_s, build_s = native_pass_seconds(rank_models.build, model, mesh, options, repeats)
+    native_s, build_s = native_pass_seconds(build, model, mesh, options, repeats)
     alone_s, together_s = [], []
     for _ in range(repeats):
         flow.comm.barrier()

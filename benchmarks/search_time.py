@@ -1,11 +1,13 @@
 """How long planning takes: beside OneFlow's native pass, and against graph and mesh size.
 
     python -m benchmarks.search_time [--json times.json]
+    python -m benchmarks.search_time --zoo alexnet,vgg11_bn [--zoo-meshes 2,2x2] [--json F]
 
 1. The examples' GPT and VGG at their default sizes, traced on 2, 4 and 2 x 2 CPU ranks: the
    native pass's time (what it adds to a trace: rank_bench.native_pass_seconds) beside AutoDDL's
    plan of the same Job with rank 0 planning alone and with every rank planning together
    (and whether the two plans are the same).
+   With --zoo, instead the same for flowvision models as benchmarks.zoo builds them, and no 2.
 2. The built-in GPT-3 (hidden 12288, 96 heads, sequence 2048, batch 128) on dgx-a100:
    search time for 12, 24, 48 and 96 layers on 128x8 (1,024 devices), and for 96 layers on
    meshes of 8, 8x8, 16x8 and 128x8 (no memory limit, so every mesh has a plan). One core,
@@ -15,6 +17,7 @@
 import argparse
 import math
 import time
+from typing import Sequence
 
 from benchmarks.bench import on_ranks, show, write_json
 from oneflow_autoddl.models import build_gpt
@@ -69,6 +72,22 @@ def traced_rows(meshes=("2", "4", "2x2")):
     return rows
 
 
+def zoo_rows(models: Sequence[str], meshes: Sequence[str]):
+    """flowvision models as benchmarks.zoo builds them (their own image size and batch), traced
+    on the ranks of each mesh."""
+    return [
+        on_ranks(
+            "benchmarks.rank_bench:planning_time",
+            mesh,
+            model=model,
+            batch=None,
+            builder="examples.zoo",
+        )[0]
+        for mesh in meshes
+        for model in models
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -77,8 +96,17 @@ def main():
     parser.add_argument(
         "--skip-traced", action="store_true", help="only the built-in GPT-3 part (no ranks)"
     )
+    parser.add_argument(
+        "--zoo",
+        default=None,
+        help="instead: these zoo models (comma-separated, examples/zoo.py names) on --zoo-meshes",
+    )
+    parser.add_argument("--zoo-meshes", default="2")
     args = parser.parse_args()
-    traced = [] if args.skip_traced else traced_rows()
+    if args.zoo:
+        traced = zoo_rows(args.zoo.split(","), args.zoo_meshes.split(","))
+    else:
+        traced = [] if args.skip_traced else traced_rows()
     if traced:
         print(
             show(
@@ -96,6 +124,9 @@ def main():
             )
         )
         print()
+    if args.zoo:
+        write_json(args.json, {"traced": traced})
+        return
     builtin = builtin_rows()
     print(
         show(
