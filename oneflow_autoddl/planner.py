@@ -18,7 +18,6 @@ did not reach.
 import logging
 import math
 import time
-from functools import partial
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from .assemble import assemble
@@ -174,7 +173,12 @@ def _search_within(
     held: bool,
 ) -> Tuple[Union[Assignment, PlanningError], bool]:
     """(the search's plan, whether the memory limit bound it: the fastest plan did not fit);
-    (the error, True) where none fits (`search`'s PlanningError)."""
+    (the error, True) where none fits (`search`'s PlanningError). Where the descents are not
+    worth splitting (search.descend.worth_splitting), one worker of `executor` searches alone
+    and the others take its result, the error too."""
+    if executor is not SERIAL and not worth_splitting(problem, options):
+        alone = [(problem, starts, limit, options, SERIAL, held)]
+        return executor.map(lambda task: _search_within(*task), alone)[0]
     try:
         return search(problem, starts, limit, options, executor, held)
     except PlanningError as e:
@@ -208,43 +212,7 @@ def search(
     """(the fastest plan whose peak memory per device is within `limit` bytes, from `starts`
     and the flat seed; whether the limit bound it: the fastest plan found did not fit). A
     PlanningError where no plan can fit (search.fit.check_fits) or none found does (naming the
-    leanest found, search.fit.none_found). Where the descents are not worth splitting
-    (search.descend.worth_splitting), one worker of `executor` searches alone and the others
-    take its result."""
-    if worth_splitting(problem, options):
-        return _search(problem, starts, limit, options, executor, held)
-    alone = partial(_searched_alone, problem, starts, limit, options, held)
-    x, bound = executor.map(lambda _: alone(), [None])[0]
-    if isinstance(x, PlanningError):
-        raise x
-    return x, bound
-
-
-def _searched_alone(
-    problem: Problem,
-    starts: Dict[str, Assignment],
-    limit: float,
-    options: SearchOptions,
-    held: bool,
-) -> Tuple[Union[Assignment, PlanningError], bool]:
-    """`_search` in this process alone, its PlanningError returned as (error, True): a result
-    that reaches the other workers as it is (an error raised in a task reaches them as
-    another)."""
-    try:
-        return _search(problem, starts, limit, options, SERIAL, held)
-    except PlanningError as e:
-        return e, True
-
-
-def _search(
-    problem: Problem,
-    starts: Dict[str, Assignment],
-    limit: float,
-    options: SearchOptions,
-    executor: Executor,
-    held: bool,
-) -> Tuple[Assignment, bool]:
-    """`search`'s steps, their independent descents run by `executor`."""
+    leanest found, search.fit.none_found)."""
     experts = list(starts.values())
     bound = not any(_fits(problem, x, limit) for x in experts)  # no start fits: the limit binds
     memory = None  # what every candidate holds when: built only when it matters
