@@ -6,11 +6,12 @@ factor graph into groups of bounded elimination width: search.partition) each ta
 ROUND_PASSES partitions, from where the last round left off, under a price per byte for each
 memory item (search.weights): raised for the items live at a step over the limit, lowered for
 the others, each bisected towards the least that keeps it within the limit. Each round's
-assignment is repaired to fit where it does not (a greedy move of the variables at the fullest
-step to leaner candidates), tightened by single-variable moves along the limit and kept if
-cheapest. The rest of the time goes to iterated local search: a random ball of variables takes
-random candidates, the groups around it descend again under a multiple of the last weights,
-and the result is kept if it fits and costs less. Only assignments that fit are ever returned.
+assignment is repaired to fit where it does not (greedy moves of the variables at the fullest
+step to leaner candidates, each the cheapest per byte of the excess it removes), tightened by
+single-variable moves along the limit and kept if cheapest. The rest of the time goes to
+iterated local search: a random ball of variables takes random candidates, the groups around it
+descend again under a multiple of the last weights, and the result is kept if it fits and costs
+less. Only assignments that fit are ever returned.
 """
 
 import logging
@@ -42,6 +43,8 @@ KICK = 8  # most variables a kick sets at random
 AROUND = 120  # variables around a kick that descend again
 TIGHTEN_PASSES = 3  # of single-variable moves along the limit after a kick
 LEVELS = (0.0, 0.5, 1.0, 2.0)  # the weights a kick descends under, as multiples of the last
+Moves = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # variable, candidate, added, freed
+NO_MOVES: Moves = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
 
 
 @dataclass
@@ -169,9 +172,10 @@ class Search:
         return weights.weight
 
     def repair(self, x: List[int], until: Optional[float] = None) -> List[int]:
-        """x with variables live at its fullest step moved to the candidates that free most bytes
-        there per unit of cost added, as many as cover that step's excess (one per variable),
-        again at the next fullest step, until it fits or no move frees any."""
+        """x with variables live at its fullest step moved to leaner candidates, one move at a
+        time, each the least cost added per byte of that step's excess it removes (bytes freed
+        past the excess count for nothing), one per variable, until the step's excess is
+        covered; again at the next fullest step, until it fits or no move frees any."""
         x = list(x)
         while self._time_left(until):
             profile = self.usage.profile(x)
@@ -179,36 +183,39 @@ class Search:
             excess = profile[step] - self.limit
             if excess <= 0:
                 break
-            moves = self._leaner(x, step)
-            if not moves:
+            var, candidate, added, freed = self._leaner(x, step)
+            if not len(var):
                 break
-            for _, v, k, freed in moves:
-                x[v] = k
-                excess -= freed
-                if excess <= 0:
-                    break
+            while excess > 0 and len(var):
+                j = int(np.argmin(added / np.minimum(freed, excess)))
+                x[var[j]] = int(candidate[j])
+                excess -= freed[j]
+                left = var != var[j]
+                var, candidate, added, freed = var[left], candidate[left], added[left], freed[left]
         self.consider(x)
         return x
 
-    def _leaner(self, x: List[int], step: int) -> List[Tuple[float, int, int, float]]:
-        """(cost added per byte freed, variable, candidate, bytes freed at `step`) of the best
-        move of each variable live at `step` that frees bytes there, best first."""
+    def _leaner(self, x: List[int], step: int) -> Moves:
+        """Every move of a variable live at `step` to a candidate that frees bytes there: its
+        variable, candidate, cost added (at least 0, every other variable as in x) and bytes
+        freed at `step`."""
         u = self.usage
         held: Dict[int, np.ndarray] = {}
         for i in np.flatnonzero((u.start <= step) & (step < u.end)):
             v = int(u.var[i])
             held[v] = held.get(v, 0.0) + self.usage.items[i].usage
-        moves = []
+        moves: List[Tuple[np.ndarray, ...]] = []
         for v, bytes_ in held.items():
             freed = bytes_[x[v]] - bytes_
             lean = np.flatnonzero(freed > 0)
-            if not len(lean):
-                continue
-            costs = self.local_costs(x, v)
-            ratio = np.maximum(costs[lean] - costs[x[v]], 0.0) / freed[lean]
-            best = int(np.argmin(ratio))
-            moves.append((float(ratio[best]), v, int(lean[best]), float(freed[lean[best]])))
-        return sorted(moves)
+            if len(lean):
+                costs = self.local_costs(x, v)
+                added = np.maximum(costs[lean] - costs[x[v]], 0.0)
+                moves.append((np.full(len(lean), v), lean, added, freed[lean]))
+        if not moves:
+            return NO_MOVES
+        var, candidate, added, freed = (np.concatenate(column) for column in zip(*moves))
+        return var, candidate, added, freed
 
     def local_costs(self, x: Sequence[int], v: int) -> np.ndarray:
         """The objective's terms over v per candidate, every other variable as in x."""

@@ -13,10 +13,11 @@ import pytest
 from benchmarks import iopddl as bench
 from oneflow_autoddl.errors import GraphError
 from oneflow_autoddl.iopddl.instance import FORBIDDEN, evaluate, parse, read
-from oneflow_autoddl.iopddl.solve import solve
+from oneflow_autoddl.iopddl.solve import Search, Usage, solve
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.eliminate import Factor
 from oneflow_autoddl.search.factors import FactorGraph
+from oneflow_autoddl.search.memory import MemoryItem
 
 
 def _problem(costs, usages, intervals, edges, edge_costs, limit):
@@ -128,6 +129,18 @@ def test_without_a_usage_limit_memory_is_free():
     inst = parse(data)
     solved = solve(inst, time.monotonic() + 0.3)
     assert evaluate(inst, solved.solution).cost == _brute_force(inst) == solved.cost
+
+
+def test_repair_pays_only_for_the_bytes_over_the_limit():
+    """One byte over: moving variable 1 (5 for 1 byte) beats variable 0 (10 for 100 bytes, the
+    cheaper per byte freed, but 99 of them are not needed)."""
+    graph = FactorGraph([2, 2], [np.array([0.0, 10.0]), np.array([0.0, 5.0])], [])
+    items = [
+        MemoryItem((0,), np.array([100.0, 0.0]), 0, 1, "activations", "a"),
+        MemoryItem((1,), np.array([10.0, 9.0]), 0, 1, "activations", "b"),
+    ]
+    search = Search(graph, Usage(items, 1, [2, 2]), 109.0, time.monotonic() + 10.0)
+    assert search.repair([0, 0]) == [0, 1]
 
 
 def test_infeasible_gives_no_solution_and_the_least_memory():
