@@ -8,10 +8,12 @@ memory item (search.weights): raised for the items live at a step over the limit
 the others, each bisected towards the least that keeps it within the limit. Each round's
 assignment is repaired to fit where it does not (greedy moves of the variables at the fullest
 step to leaner candidates, each the cheapest per byte of the excess it removes), tightened by
-single-variable moves along the limit and kept if cheapest. The rest of the time goes to
-iterated local search: a random ball of variables takes random candidates, the groups around it
-descend again under a multiple of the last weights, and the result is kept if it fits and costs
-less. Only assignments that fit are ever returned.
+single-variable moves along the limit and kept if cheapest. After STALE_SHARE of the rounds'
+time without a cheaper fit, the next starts again from the cheapest under the weights it was
+found under, times a random one of RESTART_SCALES. The rest of the time goes to iterated local
+search: a random ball of variables takes random candidates, the groups around it descend again
+under a multiple of the last weights, and the result is kept if it fits and costs less. Only
+assignments that fit are ever returned.
 """
 
 import logging
@@ -45,6 +47,8 @@ TIGHTEN_PASSES = 3  # of single-variable moves along the limit after a kick
 LEVELS = (0.0, 0.5, 1.0, 2.0)  # the weights a kick descends under, as multiples of the last
 Moves = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # variable, candidate, added, freed
 NO_MOVES: Moves = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+STALE_SHARE = 0.08  # of the rounds' time with no cheaper fit sends the next back to the cheapest
+RESTART_SCALES = (0.5, 1.0, 2.0)  # it starts under the weights that found it times one of these
 
 
 @dataclass
@@ -151,7 +155,10 @@ class Search:
         """Rounds of ROUND_PASSES partitions' descents under per-item memory weights
         (search.weights) until `until`, each from where the last left off; what each lands on
         is repaired to fit, tightened along the limit and kept if cheapest. A descent that goes
-        on under moving weights leaves basins that one price's descents stay in. The weights
+        on under moving weights leaves basins that one price's descents stay in; where it has
+        wandered STALE_SHARE of the time without a cheaper fit, it starts again from the cheapest,
+        under the weights that found it scaled by a random one of RESTART_SCALES (the same
+        weights again would repeat the same rounds where the descent is exact). The weights
         reached (none where memory is unlimited: the descent then goes to convergence)."""
         self.consider(x)
         if not math.isfinite(self.limit):
@@ -159,15 +166,24 @@ class Search:
             return np.zeros(len(self.usage.items))
         first = max(self.graph.objective(x), 1.0) / max(self.usage.peak(x), 1.0)
         weights = ItemWeights.start(len(self.usage.items), first)
-        rounds = 0
+        patience = STALE_SHARE * max(until - time.monotonic(), 0.0)
+        found_under, since, rounds = weights.scaled(1.0), time.monotonic(), 0
         while self._time_left(until):
+            cheapest = self.best
             x = self.descend(x, self.usage.prices(weights.weight), self.free, until, ROUND_PASSES)
             profile = self.usage.profile(x)
             fitting = x if profile.max() <= self.limit else self.repair(x, until)
             if self.consider(fitting):
                 self.consider(self.tighten(fitting, self.free, until))
+            if self.best is not cheapest:
+                found_under, since = weights.scaled(1.0), time.monotonic()
             weights.update(items_over(self.usage.start, self.usage.end, profile, self.limit))
             rounds += 1
+            if time.monotonic() - since >= patience and self.best is not None:
+                scale = self.rng.choice(RESTART_SCALES)
+                x, weights = list(self.best[1]), found_under.scaled(scale)
+                since = time.monotonic()
+                log.debug("back to the cheapest fit, cost %.6g", self.best[0])
         log.info("%d rounds of item weights", rounds)
         return weights.weight
 
