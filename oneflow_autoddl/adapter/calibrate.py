@@ -38,7 +38,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import oneflow as flow
 
@@ -170,15 +170,17 @@ UPDATE_KINDS = {
 UPDATE_ELEMS = 1 << 18  # floats per rank of each parameter
 
 
-def _update_bandwidths(place, per_op: float) -> Dict[str, float]:
-    """Bytes/s of each optimizer's update as a train step runs it: two train steps of the same
-    _Scaled stages (every gradient computed in both), one whose optimizer updates every
-    parameter, one the input only, taking turns; their difference is STAGES updates of
-    UPDATE_ELEMS floats a rank, each net of the cost per op. The updates are timed inside a
-    step's backward because that is where they run: timed apart (a loss that only sums the
-    parameters) they take longer than they do there."""
+def _update_bandwidths(place, per_op: float, kinds: Sequence[str] = ()) -> Dict[str, float]:
+    """Bytes/s of each optimizer's update (of `kinds`, all where empty) as a train step runs it:
+    two train steps of the same _Scaled stages (every gradient computed in both), one whose
+    optimizer updates every parameter, one the input only, taking turns; their difference is
+    STAGES updates of UPDATE_ELEMS floats a rank, each net of the cost per op. The updates are
+    timed inside a step's backward because that is where they run: timed apart (a loss that
+    only sums the parameters) they take longer than they do there."""
     out = {}
     for kind, (make, nbytes) in UPDATE_KINDS.items():
+        if kinds and kind not in kinds:
+            continue
         every, input_only = _Scaled(place, UPDATE_ELEMS), _Scaled(place, UPDATE_ELEMS)
         both, one = step_times(
             TrainStep(every, make(every.parameters())),
@@ -187,6 +189,28 @@ def _update_bandwidths(place, per_op: float) -> Dict[str, float]:
         update = (both - one) / STAGES - per_op
         out[kind] = nbytes * UPDATE_ELEMS / max(update, 1e-12)
     return out
+
+
+def _updates_until_told(place, per_op: float) -> Dict[str, float]:
+    """_update_bandwidths, each update rank 0 finds lost in the noise measured again (up to
+    DEVICE_TRIES times in all), as _device_until_told does for the device's figures: an update
+    is a few nanoseconds an element, which a loaded machine's drift can swallow once and not the
+    next time."""
+    rates = _update_bandwidths(place, per_op)
+    for _ in range(1, DEVICE_TRIES):
+        lost = _lost_rates_on_rank0(rates)
+        if not lost:
+            break
+        log.warning("calibrate: %s lost in the noise; measuring again", ", ".join(lost))
+        rates.update(_update_bandwidths(place, per_op, lost))
+    return rates
+
+
+def _lost_rates_on_rank0(rates: Dict[str, float]) -> List[str]:
+    """The rates rank 0 finds lost in the noise (above IMPLAUSIBLE), as rank 0 says."""
+    lost = ",".join(_implausible(rates))
+    said = broadcast_from_rank0(("!" + lost).encode()).decode()[1:]
+    return said.split(",") if said else []
 
 
 # Across nodes, the tensors of the chains are this many times smaller than inside a node: a
@@ -288,7 +312,7 @@ def measure(out: str, command: str, repeats: int = REPEATS, name: str = "cpu-loc
     place = flow.placement("cpu", ranks=list(range(n)))
     width, big, small = 256, 1024 * n, 16 * n
     flops, overhead, membw, kernels = _device_until_told(place, big // n, width)
-    kernels.update(_update_bandwidths(place, overhead))
+    kernels.update(_updates_until_told(place, overhead))
     intra, inter, inside = _levels(nodes, per_node, width, small, big)
     gather = intra["all_gather"]
     overlap = links.overlap(inside, big, width, gather["latency"])
@@ -356,8 +380,12 @@ def _unmeasured(data: Dict[str, Any]) -> List[str]:
 def _lost(rates: Dict[str, float], op_overhead: float, overhead_name: str) -> List[str]:
     """The names of the figures lost in the noise: the cost per op first (at or below the 1e-9 s
     floor, so under 0.1 us), then each rate above IMPLAUSIBLE."""
-    lost = [name for name, rate in rates.items() if rate > IMPLAUSIBLE]
-    return ([overhead_name] if op_overhead < 1e-7 else []) + lost
+    return ([overhead_name] if op_overhead < 1e-7 else []) + _implausible(rates)
+
+
+def _implausible(rates: Dict[str, float]) -> List[str]:
+    """The names of the rates above IMPLAUSIBLE: lost in the noise."""
+    return [name for name, rate in rates.items() if rate > IMPLAUSIBLE]
 
 
 def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -> str:
