@@ -12,6 +12,8 @@ A problem without module scopes (search.factors.FactorGraph) brings its own grou
 import logging
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
+import numpy as np
+
 from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
 from .factors import FactorGraph
 from .problem import SERIAL, Price, Problem, Weights
@@ -179,8 +181,11 @@ class Descent:
         """The group of every free variable, where it is one of the groups (it is solvable
         within `max_table_entries`): re-solving it gives the objective's exact minimum."""
         if not self._whole_sought:
-            free = [v for v in range(len(self.problem.domain)) if self.problem.is_free(v)]
-            self._whole_group = next((g for g in self.groups if g == free), None)
+            domain = np.asarray(self.problem.domain)
+            n_free = int(np.count_nonzero(domain > 1))
+            sized = [g for g in self.groups if len(g) == n_free]  # the list only if one may be
+            free = np.flatnonzero(domain > 1).tolist() if sized else []
+            self._whole_group = next((g for g in sized if g == free), None)
             self._whole_sought = True
         return self._whole_group
 
