@@ -102,6 +102,11 @@ ZOO: Dict[str, ZooModel] = {
 }
 
 
+def spec(name: str) -> ZooModel:
+    """The zoo's model `name`, or the held-out flowvision model of that name (`held_out`)."""
+    return ZOO[name] if name in ZOO else held_out(name)
+
+
 def held_out(name: str) -> ZooModel:
     """Any other model flowvision builds, by its constructor's name (the held-out models issue
     16 is also checked on): 10 classes where the constructor takes a class count (its own
@@ -134,12 +139,11 @@ def without_dropout(module: flow.nn.Module) -> flow.nn.Module:
 
 
 def make_model(name: str, image_size: Optional[int] = None) -> Tuple[flow.nn.Module, int]:
-    """(the model without dropout, its image size), on the CPU of this process; a name not in
-    ZOO is a held-out flowvision model (`held_out`)."""
-    spec = ZOO[name] if name in ZOO else held_out(name)
-    size = image_size or spec.image_size
+    """(the model without dropout, its image size), on the CPU of this process (`spec`)."""
+    model = spec(name)
+    size = image_size or model.image_size
     flow.manual_seed(0)
-    return without_dropout(spec.make(size, NUM_CLASSES)), size
+    return without_dropout(model.make(size, NUM_CLASSES)), size
 
 
 def _optimizer(name: str, params: Sequence[flow.nn.Parameter]) -> flow.optim.Optimizer:
@@ -169,7 +173,7 @@ def build(
     if unknown:
         raise TypeError(f"zoo models take only an image_size, not {sorted(unknown)}")
     model, size = make_model(name, (sizes or {}).get("image_size"))
-    batch = batch or (ZOO[name].batch if name in ZOO else ZooModel.batch)
+    batch = batch or spec(name).batch
     net = replicate(model, mesh)
     rng = np.random.RandomState(0)
     x = rng.randn(batch, 3, size, size).astype(np.float32)

@@ -208,9 +208,14 @@ def _updates_until_told(place, per_op: float) -> Dict[str, float]:
 
 def _lost_rates_on_rank0(rates: Dict[str, float]) -> List[str]:
     """The rates rank 0 finds lost in the noise (above IMPLAUSIBLE), as rank 0 says."""
-    lost = ",".join(_implausible(rates))
-    said = broadcast_from_rank0(("!" + lost).encode()).decode()[1:]
-    return said.split(",") if said else []
+    return _as_rank0_says(_implausible(rates))
+
+
+def _as_rank0_says(names: List[str]) -> List[str]:
+    """Rank 0's `names` (figures' names, no commas in them) on every rank, so that every rank
+    measures again what rank 0 found lost and their collectives stay in step."""
+    said = broadcast_from_rank0(("!" + ",".join(names)).encode()).decode()[1:]
+    return said.split(",") if said else []  # the "!" keeps the payload from being empty
 
 
 # Across nodes, the tensors of the chains are this many times smaller than inside a node: a
@@ -289,9 +294,7 @@ def _lost_on_rank0(figures: DeviceFigures) -> str:
     """Which of rank 0's figures is lost in the noise ("" where none), as rank 0 says."""
     flops, overhead, membw, kernels = figures
     rates = {"FLOP/s": flops, "the memory bandwidth": membw, **kernels}
-    lost = _lost(rates, overhead, COST_PER_OP)
-    said = broadcast_from_rank0(("!" + "".join(lost[:1])).encode()).decode()
-    return said[1:]  # the "!" keeps the payload from being empty
+    return (_as_rank0_says(_lost(rates, overhead, COST_PER_OP)) or [""])[0]
 
 
 def _level(collectives: Dict[str, Dict[str, float]], per_node: int) -> Dict[str, Any]:
