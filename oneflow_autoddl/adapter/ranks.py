@@ -12,7 +12,6 @@ import pickle
 import traceback
 from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
-import numpy as np
 import oneflow as flow
 
 from ..search.executor import ranks_have_own_cores
@@ -25,40 +24,24 @@ class TaskFailed(RuntimeError):
     """A search task raised on some rank; the message holds that rank's error."""
 
 
-def _to_tensor(payload: bytes, size: int) -> "flow.Tensor":
-    data = np.zeros(size, dtype=np.uint8)
-    data[: len(payload)] = np.frombuffer(payload, dtype=np.uint8)
-    return flow.tensor(data, dtype=flow.uint8)
+def _cpu_broadcast(payload: Optional[bytes], root: int) -> bytes:
+    """`root`'s payload (the other ranks pass None) on every rank, over OneFlow's CPU transport
+    (the call `flow.load` shares Python objects with): a rank waiting in it sleeps rather than
+    polling a core, and no eager tensor or device sync is involved."""
+    return flow._oneflow_internal.cpu_broadcast(payload, root)
 
 
 def all_gather_bytes(payload: bytes) -> List[bytes]:
-    """Every rank's `payload`, in rank order, on every rank."""
-    world = flow.env.get_world_size()
-    sizes = [flow.zeros(1, dtype=flow.int64) for _ in range(world)]
-    flow.comm.all_gather(sizes, flow.tensor([len(payload)], dtype=flow.int64))
-    lengths = [int(s.item()) for s in sizes]
-    longest = max(lengths)
-    parts = [flow.zeros(longest, dtype=flow.uint8) for _ in range(world)]
-    flow.comm.all_gather(parts, _to_tensor(payload, longest))
-    return [p.numpy().tobytes()[:n] for p, n in zip(parts, lengths)]
+    """Every rank's `payload`, in rank order, on every rank: each rank broadcasts in turn."""
+    rank = flow.env.get_rank()
+    return [
+        _cpu_broadcast(payload if r == rank else None, r) for r in range(flow.env.get_world_size())
+    ]
 
 
 def broadcast_from_rank0(payload: Optional[bytes]) -> bytes:
-    """Rank 0's `payload` (the other ranks pass None) on every rank. The ranks first meet at a
-    barrier, where a rank waits idle: a rank waiting in OneFlow 0.9.0's broadcast polls a core
-    (two of four ranks did, each half a core, for as long as rank 0 planned), taking it from rank
-    0 where ranks share cores."""
-    flow.comm.barrier()
-    size = flow.tensor([len(payload or b"")], dtype=flow.int64)
-    flow.comm.broadcast(size, 0)
-    n = int(size.item())
-    data = (
-        _to_tensor(payload or b"", n)
-        if flow.env.get_rank() == 0
-        else flow.zeros(n, dtype=flow.uint8)
-    )
-    flow.comm.broadcast(data, 0)
-    return data.numpy().tobytes()
+    """Rank 0's `payload` (the other ranks pass None) on every rank."""
+    return _cpu_broadcast(payload if flow.env.get_rank() == 0 else None, 0)
 
 
 def machine_id() -> str:
