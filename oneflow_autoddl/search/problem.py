@@ -304,9 +304,6 @@ class Problem:
         sbps = tuple(sorted(vocab, key=lambda nd: vocab[nd]))
         box, box_latency = self._boxing_tables(sbps, t.shape, t.dtype)
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
-        no_latency = np.zeros_like(
-            strict
-        )  # a strict consumer's INFEASIBLE is all in the time table
         out: List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]] = []
         if ends.remote:
             remote = [
@@ -325,29 +322,8 @@ class Problem:
         for chunk in self.chunks(p, ends.consumers):
             vars_ = tuple(sorted({p.var, *(ends.consumers[i].var for i in chunk)}))
             consumers, ids = [ends.consumers[i] for i in chunk], [dsts[i] for i in chunk]
-            out.append(
-                (
-                    vars_,
-                    _dedup_table(
-                        vars_,
-                        self.domain,
-                        p,
-                        src,
-                        consumers,
-                        ids,
-                        [strict if c.strict else box for c in consumers],
-                    ),
-                    _dedup_table(
-                        vars_,
-                        self.domain,
-                        p,
-                        src,
-                        consumers,
-                        ids,
-                        [no_latency if c.strict else box_latency for c in consumers],
-                    ),
-                )
-            )
+            boxes = [(strict, None) if c.strict else (box, box_latency) for c in consumers]
+            out.append((vars_, *_dedup_tables(vars_, self.domain, p, src, consumers, ids, boxes)))
         return out
 
     def _boxing_tables(
@@ -743,16 +719,18 @@ class Gather:
         return float(self.flat[self.base + (values * self.strides).sum(axis=1)].sum())
 
 
-def _dedup_table(
+def _dedup_tables(
     vars_: Tuple[int, ...],
     domain: np.ndarray,
     p: Endpoint,
     src: np.ndarray,
     consumers: List[Endpoint],
     dsts: List[np.ndarray],
-    boxes: List[np.ndarray],
-) -> np.ndarray:
-    """Table over `vars_` of the sum over distinct consumer SBPs of box[src][dst]."""
+    boxes: Sequence[Tuple[np.ndarray, Optional[np.ndarray]]],
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Tables over `vars_` of the sum over distinct consumer SBPs of (time, latency)[src][dst],
+    each consumer's pair from `boxes` (latency None: the time table holds all of it, as a strict
+    consumer's INFEASIBLE does)."""
     axis = {v: i for i, v in enumerate(vars_)}
     shape = tuple(int(domain[v]) for v in vars_)
 
@@ -763,16 +741,22 @@ def _dedup_table(
 
     s = grid(p, src)
     seen: List[np.ndarray] = []
-    table = np.zeros(shape)
-    for c, ids, box in zip(consumers, dsts, boxes):
+    time_table: Union[float, np.ndarray] = 0.0
+    latency_table: Union[float, np.ndarray] = 0.0
+    for c, ids, (box, latency) in zip(consumers, dsts, boxes):
         d = grid(c, ids)
-        new: np.ndarray = np.ones(np.broadcast_shapes(s.shape, d.shape), dtype=bool)
+        new: Optional[np.ndarray] = None  # None: every entry is a new SBP
         if not c.strict:  # a strict consumer's INF must not be hidden by an earlier twin
             for prev in seen:
-                new = new & (d != prev)
+                new = (d != prev) if new is None else new & (d != prev)
             seen.append(d)
-        table = table + box[s, d] * new
-    return np.broadcast_to(table, shape).copy()
+        time_table = time_table + (box[s, d] if new is None else box[s, d] * new)
+        if latency is not None:
+            latency_table = latency_table + (latency[s, d] if new is None else latency[s, d] * new)
+    return (
+        np.broadcast_to(time_table, shape).copy(),
+        np.broadcast_to(latency_table, shape).copy(),
+    )
 
 
 def build_problem(
