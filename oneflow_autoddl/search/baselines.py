@@ -119,9 +119,16 @@ def _pin_params(problem: Problem, want: Callable[[int, NdSbp], bool]) -> Pins:
     return pins
 
 
+_DATA_PARALLEL: "weakref.WeakKeyDictionary[Problem, List[int]]" = weakref.WeakKeyDictionary()
+
+
 def data_parallel(problem: Problem) -> List[int]:
-    """Parameters replicated on every mesh axis; activations follow the (batch-split) inputs."""
-    return greedy_complete(problem, _pin_params(problem, lambda v, nd: all(s == B for s in nd)))
+    """Parameters replicated on every mesh axis; activations follow the (batch-split) inputs.
+    Found once per problem (ZeRO-style starts from it); each call returns its own copy."""
+    if problem not in _DATA_PARALLEL:
+        pins = _pin_params(problem, lambda v, nd: all(s == B for s in nd))
+        _DATA_PARALLEL[problem] = greedy_complete(problem, pins)
+    return list(_DATA_PARALLEL[problem])
 
 
 def zero(problem: Problem) -> List[int]:

@@ -37,6 +37,15 @@ def test_the_expert_plans_are_the_stages_they_are_named_after(problem):
     }
 
 
+def test_data_parallel_is_found_once_and_stays_what_it_is(problem):
+    """ZeRO-style starts from data parallel's plan, found once per problem: sharding it must not
+    change the plan a later data_parallel call gives."""
+    first = baselines.data_parallel(problem)
+    baselines.zero(problem)
+    first[0] = -1
+    assert _shares(problem, baselines.data_parallel(problem)) == {"zero-0": pytest.approx(1.0)}
+
+
 def test_a_parameter_split_on_one_of_two_data_parallel_axes_is_stage_3_there_only(problem):
     """Data parallel, but the largest parameter split over mesh axis 1 alone: its gradient is
     reduce-scattered over axis 1 and all-reduced over axis 0."""
