@@ -10,6 +10,7 @@ under every objective until it stays the pick (`refine`).
 
 import logging
 import math
+import weakref
 from functools import partial
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -74,6 +75,7 @@ def pick(
 # var -> (the values of the variables around it, its candidates that save bytes, the bytes
 # each saves, the least rise of an objective each costs): what fewer_bytes found there last
 Savings = Dict[int, Tuple[Tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]]
+_SAVINGS: "weakref.WeakKeyDictionary[Problem, Dict[tuple, Savings]]" = weakref.WeakKeyDictionary()
 
 
 def fewer_bytes(
@@ -135,9 +137,11 @@ def thinner(
     experts: Sequence[Assignment],
 ) -> Assignment:
     """`pick` of the pool; then, while `pick` takes one, of the pool and the moves to fewer bytes
-    from its pick. The pool's fastest stays in, so moves add up to no more than the bytes tie."""
+    from its pick. The pool's fastest stays in, so moves add up to no more than the bytes tie.
+    What the moves save is kept per problem, price and objectives, for the next call's moves."""
     best = pick(problem, pool, memory_weight, options, experts)
-    savings: Savings = {}
+    weights = tuple(objectives(problem.model.cluster, options))
+    savings = _SAVINGS.setdefault(problem, {}).setdefault((memory_weight, weights), {})
     for _ in range(options.byte_moves_taken):
         offered = pool + [best] + fewer_bytes(problem, best, memory_weight, options, savings)
         moved = pick(problem, offered, memory_weight, options, experts)
