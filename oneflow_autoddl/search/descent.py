@@ -109,11 +109,8 @@ class Descent:
         """Whether eliminating the group keeps every table within `max_table_entries` (structure
         only, no tables)."""
         p, members = self.problem, set(group)
-        scopes = {
-            tuple(v for v in p.factors[f].vars if v in members)
-            for v in group
-            for f in p.factors_of[v]
-        }
+        fids = {f for v in group for f in p.factors_of[v]}
+        scopes = {tuple(v for v in p.factors[f].vars if v in members) for f in fids}
         domain = {v: int(p.domain[v]) for v in group}
         scoped = [s for s in scopes if s]
         limit = self.max_table_entries
