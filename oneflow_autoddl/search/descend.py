@@ -20,9 +20,7 @@ from .problem import SERIAL, Price, Problem, Weights
 log = logging.getLogger(__name__)
 
 Assignment = List[int]
-_GROUPS: "weakref.WeakKeyDictionary[Problem, List[List[int]]]" = weakref.WeakKeyDictionary()
-_MEMOS: "weakref.WeakKeyDictionary[Problem, Dict[tuple, dict]]" = weakref.WeakKeyDictionary()
-_PROGRAMS: "weakref.WeakKeyDictionary[Problem, dict]" = weakref.WeakKeyDictionary()
+_DESCENTS: "weakref.WeakKeyDictionary[Problem, Dict[tuple, Descent]]" = weakref.WeakKeyDictionary()
 
 
 def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> List[Weights]:
@@ -41,24 +39,24 @@ def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> Lis
 def descent(
     problem: Problem, memory_weight: Price, weights: Weights, options: SearchOptions
 ) -> Descent:
-    """A Descent of `problem` under `weights`, its groups found once per problem (they depend on
-    its structure only, not on the prices)."""
-    groups = _GROUPS.get(problem)
-    memo = _MEMOS.setdefault(problem, {}).setdefault((memory_weight, weights), {})
-    programs = _PROGRAMS.setdefault(problem, {})
-    d = Descent(
-        problem,
-        memory_weight,
-        groups,
-        weights,
-        memo=memo,
-        programs=programs,
-        max_group_vars=options.max_group_vars,
-        max_table_entries=options.max_table_entries,
-    )
-    if groups is None:
-        _GROUPS[problem] = d.groups
-    return d
+    """The Descent of `problem` under `weights` at `memory_weight`, made once: its group optima,
+    groups' reach and boundaries serve every later run under the same prices. The groups and
+    their elimination programs depend on the problem's structure only, so every Descent of the
+    problem shares those of the first."""
+    made = _DESCENTS.setdefault(problem, {})
+    key = (memory_weight, weights, options.max_group_vars, options.max_table_entries)
+    if key not in made:
+        first = next(iter(made.values()), None)
+        made[key] = Descent(
+            problem,
+            memory_weight,
+            first.groups if first is not None else None,
+            weights,
+            programs=first.programs if first is not None else None,
+            max_group_vars=options.max_group_vars,
+            max_table_entries=options.max_table_entries,
+        )
+    return made[key]
 
 
 def worth_splitting(problem: Problem, options: SearchOptions) -> bool:

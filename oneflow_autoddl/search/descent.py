@@ -69,15 +69,14 @@ class Descent:
         memory_weight: Price = 0.0,
         groups: Optional[List[List[int]]] = None,
         weights: Weights = SERIAL,
-        memo: Optional[Dict[tuple, object]] = None,
         programs: Optional[Dict[Tuple[int, ...], Program]] = None,
         max_group_vars: int = MAX_GROUP_VARS,
         max_table_entries: int = MAX_ENTRIES,
     ):
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
-        only, not on the memory price or the weights), so that they are not found again. `memo`:
-        the group optima of earlier Descents with the same problem, price and weights; `programs`:
-        their groups' elimination programs (which depend on the problem's structure only)."""
+        only, not on the memory price or the weights), so that they are not found again;
+        `programs`: their groups' elimination programs (which depend on the structure only).
+        A Descent keeps the optima it finds, so a later run under the same prices reuses them."""
         self.problem = problem
         self.unary = problem.unary(memory_weight)
         self.tables = problem.tables(weights, memory_weight)
@@ -99,10 +98,11 @@ class Descent:
             groups = scoped + extra
         self.groups = groups
         self.steps = 0
-        self.memo: Dict[tuple, object] = {} if memo is None else memo
+        self.memo: Dict[tuple, object] = {}  # group optima by the group's boundary values
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
-        self._programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
+        self.programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
         self._whole_group: Optional[List[int]] = None
+        self._reaches: Optional[List[Set[int]]] = None  # of each group, found on the first run
         self._whole_sought = False
 
     def _solvable(self, group: Sequence[int]) -> bool:
@@ -152,12 +152,12 @@ class Descent:
         if key in self.memo:
             return self.memo[key], self._current(group, x)
         factors, current = self._local(group, x)
-        program = self._programs.get(key[0])
+        program = self.programs.get(key[0])
         if program is None:
             domain = {v: int(self.problem.domain[v]) for v in group}
             scopes = [f.vars for f in factors]
             program = Program(group, domain, scopes, self.max_table_entries)
-            self._programs[key[0]] = program
+            self.programs[key[0]] = program
         result = program.run([self.unary[v] for v in group] + [f.table for f in factors])
         self.memo[key] = result
         return result, current
@@ -203,7 +203,9 @@ class Descent:
         if whole is not None:
             self.step(whole, x)
             return x
-        reach = [self._reach(g) for g in self.groups]
+        if self._reaches is None:
+            self._reaches = [self._reach(g) for g in self.groups]
+        reach = self._reaches
         stamp = [0] * len(x)  # step at which each variable last changed
         solved_at = [-1] * len(self.groups)
         clock = 0
