@@ -1,7 +1,10 @@
 """AutoDDL beside data parallel and OneFlow's native pass on the zoo's models (issue 16, part 3).
 
     python -m benchmarks.zoo [--models resnet18,vit_tiny_patch16_224] [--meshes 2,2x2]
-                             [--rounds 12] [--json zoo.json]
+                             [--rounds 12] [--image-size N] [--json zoo.json]
+
+--models takes the zoo's models and any other flowvision 0.2.1 constructor by name (a held-out
+model, examples/zoo.held_out: 224 px unless --image-size says otherwise).
 
 For each model of examples/zoo.py (its image size and benchmark batch) and mesh, one launch
 builds data parallel, OneFlow's native pass (through AutoDDL's write-back where 0.9.0 would abort
@@ -31,6 +34,7 @@ machine with that room or a smaller --batch.
 """
 
 import argparse
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -48,10 +52,16 @@ REORDER_STEPS = 8
 
 
 def measure(
-    model: str, mesh: str, rounds: int, steps: int, cluster: str, batch: Optional[int] = None
+    model: str,
+    mesh: str,
+    rounds: int,
+    steps: int,
+    cluster: str,
+    batch: Optional[int] = None,
+    image_size: Optional[int] = None,
 ) -> List[dict]:
-    """The three plans of `model` on `mesh`, combined over ranks (data parallel first); batch
-    None: the model's own (examples/zoo.py)."""
+    """The three plans of `model` on `mesh`, combined over ranks (data parallel first); batch and
+    image_size None: the model's own (examples/zoo.py)."""
     per_rank = on_ranks(
         "benchmarks.rank_bench:measure",
         mesh,
@@ -63,6 +73,7 @@ def measure(
         cluster=cluster,
         builder="examples.zoo",
         batch=batch,
+        sizes={"image_size": image_size} if image_size else None,
         pass_time=True,
         reorder_steps=REORDER_STEPS,
     )
@@ -185,6 +196,7 @@ def run(
     cluster: str = "cpu-local",
     models_2x2: Optional[Sequence[str]] = None,
     batch: Optional[int] = None,
+    image_size: Optional[int] = None,
 ) -> Tuple[List[dict], List[str]]:
     """(the rows of every model and mesh measured, 'model on mesh: why' for each launch that
     failed): a model whose ranks fail (Swin-tiny at 224 px outgrows this machine's memory)
@@ -195,11 +207,23 @@ def run(
             if mesh == "2x2" and models_2x2 is not None and model not in models_2x2:
                 continue
             try:
-                rows += rows_of(measure(model, mesh, rounds, steps, cluster, batch))
+                rows += rows_of(measure(model, mesh, rounds, steps, cluster, batch, image_size))
             except RankFailure as e:
-                failed.append(f"{model} on {mesh}: {str(e).splitlines()[0]}")
+                failed.append(f"{model} on {mesh}: {_why(e)}")
                 print(f"{failed[-1]}; going on with the others", flush=True)
     return rows, failed
+
+
+def _why(failure: RankFailure) -> str:
+    """The failed launch's first line, and the first error a rank raised in what the ranks wrote
+    (e.g. a model name flowvision does not know), where there is one."""
+    lines = str(failure).splitlines()
+    raised = next((line.strip() for line in lines[1:] if _RAISED.match(line)), None)
+    first = lines[0].rstrip(" :.")
+    return first if raised is None else f"{first}: {raised}"
+
+
+_RAISED = re.compile(r"^\w+(Error|Exception|Failure|Failed): ")
 
 
 COLUMNS = [
@@ -223,11 +247,12 @@ COLUMNS = [
 ]
 
 
-def _names(text: str, known: Sequence[str], what: str) -> List[str]:
+def _names(text: str, known: Optional[Sequence[str]] = None, what: str = "") -> List[str]:
+    """The comma-separated names of `text`; each one of `known` where given."""
     names = [n for n in text.split(",") if n]
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if known is not None and n not in known]
     if unknown:
-        raise SystemExit(f"unknown {what} {unknown}; choose from {', '.join(known)}")
+        raise SystemExit(f"unknown {what} {unknown}; choose from {', '.join(known or ())}")
     return names
 
 
@@ -235,7 +260,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="the zoo's models and any other flowvision constructor (held out) by name",
+    )
     parser.add_argument(
         "--exclude", default="", help="models left out of --models (e.g. one too large here)"
     )
@@ -257,13 +286,21 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--batch", type=int, default=None, help="every model's batch (default: each model's own)"
     )
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="every model's image size (default: each model's own; 224 for a held-out one)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    left_out = _names(args.exclude, MODELS, "models")
-    models = [m for m in _names(args.models, MODELS, "models") if m not in left_out]
+    left_out = _names(args.exclude)
+    models = [m for m in _names(args.models) if m not in left_out]
     meshes = _names(args.meshes, ["2", "2x2"], "meshes")
-    wide = None if args.models_2x2 == "all" else _names(args.models_2x2, MODELS, "models")
-    rows, failed = run(models, meshes, args.rounds, args.steps, args.cluster, wide, args.batch)
+    wide = None if args.models_2x2 == "all" else _names(args.models_2x2)
+    rows, failed = run(
+        models, meshes, args.rounds, args.steps, args.cluster, wide, args.batch, args.image_size
+    )
     print(show(rows, [c for c, _ in COLUMNS], [h for _, h in COLUMNS]))
     for r in rows:
         if r["note"] and r["note"] != "as OneFlow compiled it":

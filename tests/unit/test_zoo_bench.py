@@ -107,18 +107,23 @@ def test_losses_are_off_only_before_summation_order_alone_moves_them():
 
 def test_a_model_whose_ranks_fail_costs_its_own_rows_not_the_runs(monkeypatch):
     """Swin-tiny at 224 px outgrew this machine's memory and its SIGKILL ended a 20-minute run
-    with no rows at all: the other models' rows are kept, the failed launch named."""
+    with no rows at all: the other models' rows are kept, the failed launch named with the
+    error its ranks raised."""
     from benchmarks import zoo
     from oneflow_autoddl.launch import RankFailure
 
     def measure(model, mesh, *args):
         if model == "swin_tiny_patch4_window7_224":
-            raise RankFailure("benchmarks.rank_bench:measure on 2 ranks exited with 1\nstderr")
+            raise RankFailure(
+                "benchmarks.rank_bench:measure on 2 ranks exited with 1:\nTraceback\n  ...\n"
+                "MemoryError: std::bad_alloc\nsubprocess.CalledProcessError: Command ... 1.\n"
+            )
         return [row(p, p, DP) for p in ("dp", "native", "autoddl")]
 
     monkeypatch.setattr(zoo, "measure", measure)
     rows, failed = zoo.run(["resnet18", "swin_tiny_patch4_window7_224", "alexnet"], ["2"], 12)
     assert len(rows) == 6
     assert failed == [
-        "swin_tiny_patch4_window7_224 on 2: benchmarks.rank_bench:measure on 2 ranks exited with 1"
+        "swin_tiny_patch4_window7_224 on 2: benchmarks.rank_bench:measure on 2 ranks exited "
+        "with 1: MemoryError: std::bad_alloc"
     ]
