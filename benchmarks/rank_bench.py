@@ -16,6 +16,7 @@ import oneflow_autoddl
 from benchmarks.bench import round_orders
 from benchmarks.netcluster import link_counters, tcp_payload
 from oneflow_autoddl.adapter.job import read_job
+from oneflow_autoddl.adapter.ranks import broadcast_from_rank0
 from oneflow_autoddl.adapter.writeback import variables_boxed_across_ranks
 from oneflow_autoddl.errors import ClusterError
 from oneflow_autoddl.ir import Graph
@@ -79,10 +80,12 @@ def native_pass_seconds(
 ):
     """(the seconds OneFlow's native pass adds to a trace, the trace's seconds without it): the
     medians over up to `pairs` traces of each, taken in turns, the pass's as the median of each
-    pair's difference; pairs stop once they have taken `budget` seconds (one pair of a model
-    whose pass takes a minute is as telling as four of one whose pass takes a tenth of a
-    second). The process must have traced a graph before: the first trace pays for warming
-    OneFlow up, more than the pass on small models. `build` and `options` as _native_graph's."""
+    pair's difference; pairs stop once they have taken `budget` seconds on rank 0 (one pair of a
+    model whose pass takes a minute is as telling as four of one whose pass takes a tenth of a
+    second). Every rank stops where rank 0 does: a rank that traced once more than another
+    would wait for it forever in the next collective. The process must have traced a graph
+    before: the first trace pays for warming OneFlow up, more than the pass on small models.
+    `build` and `options` as _native_graph's."""
     seconds: dict = {"dp": [], "native": []}
     spent = 0.0
     for i in range(pairs):
@@ -92,7 +95,7 @@ def native_pass_seconds(
             graph.build_graph(*inputs)
             seconds[plan].append(time.perf_counter() - start)
         spent += seconds["dp"][-1] + seconds["native"][-1]
-        if spent > budget:
+        if broadcast_from_rank0(b"stop" if spent > budget else b"go") == b"stop":
             break
     added = [n - d for n, d in zip(seconds["native"], seconds["dp"])]
     return statistics.median(added), statistics.median(seconds["dp"])

@@ -47,3 +47,12 @@ def test_the_second_identical_compile_reads_the_cache(on_two):
     assert again["digest"] == first["digest"] and again["loss"] == first["loss"]
     assert not other_shape["cached"] and not other_cluster["cached"]
     assert len(list(directory.glob("*.json"))) == 3
+
+
+@pytest.mark.ranks
+def test_every_rank_traces_the_native_pass_as_often_as_rank_0(ranks):
+    """The pass's timing stops after a budget of seconds; a rank whose own clock ran past it
+    sooner stopped sooner and left the others waiting in their next collective (a benchmark
+    launch hung for 20 minutes). Rank 0's clock decides for all."""
+    rows = ranks("tests.ranks.rank_planning:native_pass_pairs", 2, timeout=300, pairs=3)
+    assert [r["traces"] for r in rows] == [6, 6]
