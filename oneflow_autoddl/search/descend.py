@@ -15,6 +15,7 @@ from ..cost.cluster import Cluster
 from .descent import Descent
 from .executor import Executor
 from .options import SearchOptions
+from .prices import StepPrices
 from .problem import SERIAL, Price, Problem, Weights
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,18 @@ def descent(
     """The Descent of `problem` under `weights` at `memory_weight`, made once: its group optima,
     groups' reach and boundaries serve every later run under the same prices. The groups and
     their elimination programs depend on the problem's structure only, so every Descent of the
-    problem shares those of the first."""
+    problem shares those of the first. Those of a price per time step are kept only until
+    another such price's is made, as Problem keeps its tables: the search moves on from such a
+    price, never back, and each holds its own priced tables."""
     made = _DESCENTS.setdefault(problem, {})
     key = (memory_weight, weights, options.max_group_vars, options.max_table_entries)
     if key not in made:
         first = next(iter(made.values()), None)
+        if isinstance(memory_weight, StepPrices):
+            for stale in [
+                k for k in made if isinstance(k[0], StepPrices) and k[0] is not memory_weight
+            ]:
+                del made[stale]
         made[key] = Descent(
             problem,
             memory_weight,
