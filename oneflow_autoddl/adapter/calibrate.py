@@ -10,7 +10,8 @@ taking turns step by step, so that a drift in the machine's load does not land o
 on this shared machine that moved comm_overlap from 0 to 0.4 between runs, and now reads 0 to
 0.11.
   - compute: each stage a float32 matmul, FLOP/s from the step time;
-  - the cost of any op: each stage an add of 16 floats;
+  - the cost of any op: each stage an add of 16 floats, on the CPU clock (a few microseconds an
+    op, which a loaded machine's preemptions bury on the wall clock);
   - memory bandwidth: each stage an elementwise add over arrays far larger than the caches;
   - kernel bandwidths (cost.cluster.KERNEL_KINDS): stages of the kernels OneFlow's CPU
     build runs far below that (an inner broadcast, a reduction, GELU), at a LayerNorm's size,
@@ -43,6 +44,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import oneflow as flow
 
 from ..cost.cluster import cluster_from_json
+from ..cost.sharing import ranks_per_core
 from ..errors import ClusterError
 from . import calibrate_convs as convs_module
 from . import calibrate_links as links
@@ -85,22 +87,20 @@ def _add_chain(place, elems: int, stages: int = STAGES) -> Chain:
     )
 
 
-LONGER = 3  # the longer add chain has (1 + LONGER) x STAGES ops
+DeviceFigures = Tuple[float, float, float, Dict[str, float]]
+LONGER = 48  # the longer add chain has (1 + LONGER) x STAGES ops
 
 
-def _device(
-    place, rows: int, width: int, longer: int = LONGER
-) -> Tuple[float, float, float, Dict[str, float]]:
+def _device(place, rows: int, width: int, sharing: float) -> DeviceFigures:
     """(FLOP/s, seconds per op, memory bandwidth, bytes/s per kernel kind) of one rank, all ranks
     at once, the chains taking turns: the kinds' figures are read against one another (a kind's
     bandwidth is net of the cost per op, the reduction's also of its row subtract), so they must
     not be taken at different loads. Matmuls of rows x width by width x width per rank, adds of 16
     and of ADD_ELEMS floats, the kinds on KERNEL_ROWS x KERNEL_WIDTH. A step costs something
     whatever its stages (starting it, fetching its output: across emulated nodes, tens of ms), so
-    the cost per op is the difference between chains of 16-float adds of two lengths (the longer
-    `longer` times as many ops more, so that the difference stands out of the noise), and every
-    other stage's work is its time net of a short add chain's stage, which carries that share (a
-    convolution's passes also net of its matrix product at the matmul chain's rate)."""
+    every stage's work is its time net of a short add chain's stage, which carries that share (a
+    convolution's passes also net of its matrix product at the matmul chain's rate); the cost per
+    op is _cost_per_op's, with the ranks `sharing` a core."""
     n = flow.env.get_world_size()
     holder = Holder(
         x=split_ones(place, KERNEL_ROWS * n, KERNEL_WIDTH),
@@ -113,24 +113,24 @@ def _device(
     )
     kinds = list(KERNEL_STAGES)
     convs = [convs_module.conv_graphs(place, shape) for shape in convs_module.CONV_SHAPES]
+    short = _add_chain(place, 16 * n)
     chains = [
         matmul,
-        _add_chain(place, 16 * n),
-        _add_chain(place, 16 * n, (1 + longer) * STAGES),
+        short,
         _add_chain(place, ADD_ELEMS * n),
         Chain(holder, lambda h, x: x - h.row),
     ]
     kind_chains = [Chain(holder, KERNEL_STAGES[k][0]) for k in kinds]
     conv_steps = [g for graphs in convs for g in graphs]
     times = step_times(*chains, *kind_chains, *conv_steps)
-    matmul_s, empty, longer_s, add, plain, *timed = (t / STAGES for t in times[: -len(conv_steps)])
+    matmul_s, empty, add, plain, *timed = (t / STAGES for t in times[: -len(conv_steps)])
     array = 4 * KERNEL_ROWS * KERNEL_WIDTH
     kernels = {
         kind: KERNEL_STAGES[kind][1] * array / max(t - (plain if kind == "reduce" else empty), 1e-9)
         for kind, t in zip(kinds, timed)
     }
     flops = 2 * rows * width * width / max(matmul_s - empty, 1e-9)
-    per_op = max((longer_s - empty) / longer, 1e-9)
+    per_op = _cost_per_op(short, _add_chain(place, 16 * n, (1 + LONGER) * STAGES), sharing)
     conv_times = iter(times[-len(conv_steps) :])
     stages = [
         convs_module.stage_seconds([next(conv_times) for _ in graphs], empty, per_op)
@@ -138,6 +138,17 @@ def _device(
     ]
     kernels.update(convs_module.pass_rates(stages, flops))
     return flops, per_op, 3 * 4 * ADD_ELEMS / max(add - empty, 1e-9), kernels
+
+
+def _cost_per_op(short: Chain, longer: Chain, sharing: float) -> float:
+    """Seconds an op of no size costs a rank while every rank works, `sharing` ranks to a core:
+    the CPU time a step of the `longer` add chain takes more than one of the `short` (LONGER
+    more ops a stage), per op, times `sharing`. The CPU clock, because a loaded machine
+    preempts ranks for milliseconds at a time, and a few microseconds an op do not stand out of
+    that on the wall clock even over hundreds of ops; its least step, because what a step is
+    charged beyond its own work (another process's interrupts, a thread's wake-up) only adds."""
+    short_s, longer_s = step_times(short, longer, clock=time.process_time, pick=min)
+    return max((longer_s - short_s) / (LONGER * STAGES), 1e-9) * sharing
 
 
 class _Scaled(flow.nn.Module):
@@ -261,32 +272,21 @@ def _levels(nodes: int, per_node: int, width: int, small: int, big: int):
 
 
 DEVICE_TRIES = 3  # measurements of the device before a figure lost in the noise is refused
-LENGTHEN = 4  # how many times longer the longer add chain gets after a lost cost per op
 COST_PER_OP = "the cost per op"  # the figure's name when rank 0 says it was lost
 
 
-DeviceFigures = Tuple[float, float, float, Dict[str, float]]
-
-
-def _device_until_told(place, rows: int, width: int) -> DeviceFigures:
+def _device_until_told(place, rows: int, width: int, sharing: float) -> DeviceFigures:
     """_device's figures, measured again (up to DEVICE_TRIES times in all) while rank 0's cost
     per op or a rate is lost in the noise (a difference of step times at or below zero): a
-    loaded machine's drift can swallow a difference once and not the next time. Where the cost
-    per op was lost, the longer add chain is LENGTHEN times longer the next time (a rank with a
-    core of its own runs an op in microseconds, which 48 more ops do not lift out of a step's
-    noise); a lost rate is measured again at the same length, since the add chain does not
-    enter it, and OneFlow's CPU build crashes compiling graphs of thousands of ops. Every rank
+    loaded machine's drift can swallow a difference once and not the next time. Every rank
     measures as often as rank 0 says, so that their collectives stay in step."""
-    longer = LONGER
-    figures = _device(place, rows, width, longer)
+    figures = _device(place, rows, width, sharing)
     for _ in range(1, DEVICE_TRIES):
         lost = _lost_on_rank0(figures)
         if not lost:
             break
-        if lost == COST_PER_OP:
-            longer *= LENGTHEN
         log.warning("calibrate: %s was lost in the noise; measuring again", lost)
-        figures = _device(place, rows, width, longer)
+        figures = _device(place, rows, width, sharing)
     return figures
 
 
@@ -314,7 +314,8 @@ def measure(out: str, command: str, repeats: int = REPEATS, name: str = "cpu-loc
     n = nodes * per_node
     place = flow.placement("cpu", ranks=list(range(n)))
     width, big, small = 256, 1024 * n, 16 * n
-    flops, overhead, membw, kernels = _device_until_told(place, big // n, width)
+    sharing = ranks_per_core(per_node, cores)
+    flops, overhead, membw, kernels = _device_until_told(place, big // n, width, sharing)
     kernels.update(_updates_until_told(place, overhead))
     intra, inter, inside = _levels(nodes, per_node, width, small, big)
     gather = intra["all_gather"]
@@ -411,7 +412,9 @@ def _source(command, repeats, nodes, per_node, one_machine, width, small, big) -
         f"measured {time.strftime('%Y-%m-%d')} on {platform.node()} by `{command}`: {where}, in "
         f"nn.Graphs of {STAGES} stages (median of {repeats} steps, the graphs a figure is read "
         f"from taking turns): float32 matmuls ({big // n}x{width} by {width}x{width} per rank), "
-        f"elementwise adds of {ADD_ELEMS} floats (and of 16, the cost per op), on "
+        f"elementwise adds of {ADD_ELEMS} floats (and of 16, the cost per op: the least CPU "
+        f"time of a step, chains of 1 and {1 + LONGER} adds a stage, times the ranks a core "
+        "runs), on "
         f"{KERNEL_ROWS}x{KERNEL_WIDTH} floats x * ({KERNEL_ROWS}, 1), x - x.sum(0) and gelu(x), "
         "3x3 convolutions of "
         + " and ".join(f"{b}x{c}x{s}x{s}" for b, c, s in convs_module.CONV_SHAPES)

@@ -72,11 +72,16 @@ def _step(graph) -> None:
     graph().to_local().numpy()
 
 
-def step_times(*graphs) -> List[float]:
-    """The median step time of each graph, the graphs taking turns (an untimed step, then a timed
-    one) so that the machine's drifts in load weigh on each alike and a figure formed from their
-    difference is not one graph's luck. The untimed step takes in what the other graph left
-    running: a train step's loss is out before its update ends."""
+def step_times(
+    *graphs,
+    clock: Callable[[], float] = time.perf_counter,
+    pick: Callable[[List[float]], float] = statistics.median,
+) -> List[float]:
+    """`pick` (the median unless told) of each graph's step times on `clock` (wall time unless
+    told), the graphs taking turns (an untimed step, then a timed one) so that the machine's
+    drifts in load weigh on each alike and a figure formed from their difference is not one
+    graph's luck. The untimed step takes in what the other graph left running: a train step's
+    loss is out before its update ends."""
     for graph in graphs:
         _step(graph)
     flow.comm.barrier()
@@ -84,10 +89,10 @@ def step_times(*graphs) -> List[float]:
     for _ in range(_repeats[0]):
         for graph, taken in zip(graphs, times):
             _step(graph)
-            start = time.perf_counter()
+            start = clock()
             _step(graph)
-            taken.append(time.perf_counter() - start)
-    return [statistics.median(taken) for taken in times]
+            taken.append(clock() - start)
+    return [pick(taken) for taken in times]
 
 
 def stage_time(stage: Callable, **tensors) -> float:

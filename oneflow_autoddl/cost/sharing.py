@@ -24,7 +24,13 @@ def share(cluster: Cluster, ranks_on_node: int) -> float:
     the cluster does not say how many cores a node has)."""
     if not cluster.cores_per_node:
         return 1.0
-    return max(1.0, ranks_on_node / cluster.cores_per_node)
+    return ranks_per_core(ranks_on_node, cluster.cores_per_node)
+
+
+def ranks_per_core(ranks_on_node: int, cores_per_node: int) -> float:
+    """How many ranks a core runs (at least 1) with `ranks_on_node` ranks on `cores_per_node`
+    cores: how much longer a rank's CPU work takes on the wall clock while every rank works."""
+    return max(1.0, ranks_on_node / cores_per_node)
 
 
 def for_ranks(cluster: Cluster, ranks_on_node: int) -> Cluster:
