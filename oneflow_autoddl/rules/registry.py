@@ -11,6 +11,7 @@ data-parallel plan (its docstring says what and why): a plan never changes the m
 
 import itertools
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -247,9 +248,35 @@ def _fits(graph: Graph, op: Op, sig: Signature, hierarchy: Sequence[int]) -> boo
     return True
 
 
+# Per graph: the candidates of each op structure (_structure) found so far.
+_FOUND: "weakref.WeakKeyDictionary[Graph, Dict[tuple, List[Signature]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def candidates(graph: Graph, op: Op, hierarchy: Optional[Sequence[int]] = None) -> List[Signature]:
-    """Valid n-D signatures of `op` on its mesh (or `hierarchy`), in OneFlow's order."""
+    """Valid n-D signatures of `op` on its mesh (or `hierarchy`), in OneFlow's order. Found once
+    per graph for ops alike in type, attributes and blobs (_structure): a rule reads nothing
+    else (OpView), and a model's repeated layers repeat every op."""
     hierarchy = tuple(hierarchy or op.placement.hierarchy)
+    found = _FOUND.setdefault(graph, {})
+    key = _structure(graph, op, hierarchy)
+    if key not in found:
+        found[key] = _candidates(graph, op, hierarchy)
+    return list(found[key])
+
+
+def _structure(graph: Graph, op: Op, hierarchy: Tuple[int, ...]) -> tuple:
+    """All that OpView shows a rule of `op` on `hierarchy`: its type, attributes, and each blob's
+    name, logical shape and dtype, in order."""
+    blobs = tuple(
+        (bn, graph.tensor(lbn).shape, graph.tensor(lbn).dtype)
+        for bn, lbn in (*op.inputs.items(), *op.outputs.items())
+    )
+    return op.type, repr(sorted(op.attrs.items())), blobs, hierarchy
+
+
+def _candidates(graph: Graph, op: Op, hierarchy: Tuple[int, ...]) -> List[Signature]:
     per_axis = {h: one_d_candidates(graph, op, h) for h in set(hierarchy)}
     computes = _RULES[op.type].nd_computes if len(hierarchy) > 1 else None
     view = OpView(graph, op, 1)

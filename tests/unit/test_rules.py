@@ -8,6 +8,7 @@ from oneflow_autoddl.rules import (
     get_rule,
     has_rule,
     one_d_candidates,
+    registry,
     same_sbp_inputs,
 )
 from oneflow_autoddl.rules.shape import reshape_split_pairs
@@ -128,6 +129,23 @@ def test_n_d_candidates_drop_later_twins_with_the_same_inputs():
     sigs = candidates(g, g.op("rs"))
     inputs = [s["input_tensor_0"] for s in sigs]
     assert len(inputs) == len(set(inputs))
+
+
+def test_ops_alike_share_candidates_and_any_difference_a_rule_reads_parts_them():
+    """candidates() finds an op structure's signatures once per graph; ops that differ in an
+    attribute or a shape get their own, as if found afresh."""
+    kit = Kit()
+    a, w = kit.input("a", (64, 256)), kit.variable("w", (256, 256))
+    plain = {"transpose_a": False, "transpose_b": False}
+    for name, flags in (("mm0", plain), ("mm1", plain), ("mmt", dict(plain, transpose_b=True))):
+        kit.op(name, "matmul", {"a_0": a, "b_0": w}, {"out_0": (64, 256)}, **flags)
+    row = kit.input("row", (1, 256))
+    kit.op("mmr", "matmul", {"a_0": row, "b_0": w}, {"out_0": (1, 256)}, **plain)
+    g = kit.graph()
+    fresh = {name: registry._candidates(g, g.op(name), (2,)) for name in ("mm0", "mmt", "mmr")}
+    assert candidates(g, g.op("mm0")) == candidates(g, g.op("mm1")) == fresh["mm0"]
+    assert candidates(g, g.op("mmt")) == fresh["mmt"] != fresh["mm0"]  # b split the other way
+    assert candidates(g, g.op("mmr")) == fresh["mmr"] != fresh["mm0"]  # 1 row does not split
 
 
 def test_optimizer_state_and_like_inputs_keep_their_producer_sbp():
