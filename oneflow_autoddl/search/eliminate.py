@@ -9,7 +9,7 @@ can skip the group.
 
 import heapq
 import math
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -88,12 +88,66 @@ def elimination_width(
     return widest
 
 
+Merge = Tuple[int, int, bool]  # (left, right, whether the sum may go into left in place)
+
+
+def sum_plan(views: Sequence[Tuple[int, ...]]) -> List[Merge]:
+    """How to add up tables of broadcastable `views` (one shape, 1 on the axes a table lacks) with
+    few entries passed over: each merge appends the sum of two earlier entries (the tables first,
+    then the sums). Tables over the same axes are summed at their own size first, then each such
+    sum into the smallest sum over more axes, smallest first, and what is left in ascending size.
+    A step of an elimination adds up every table touching its variable; where many hold the same
+    few of its axes (factors conditioned on the variables held), adding each at the full table's
+    size took a full pass apiece."""
+    if len(views) < 3:  # one sum or none: nothing to order
+        return [(0, 1, False)] if len(views) == 2 else []
+    merges: List[Merge] = []
+    shapes = [tuple(v) for v in views]
+    owned = [False] * len(views)
+
+    def merge(i: int, j: int) -> int:
+        union = tuple(map(max, shapes[i], shapes[j]))
+        merges.append((i, j, owned[i] and shapes[i] == union))
+        shapes.append(union)
+        owned.append(True)
+        return len(shapes) - 1
+
+    by_axes: Dict[FrozenSet[int], int] = {}
+    for i, view in enumerate(views):
+        key = frozenset(a for a, n in enumerate(view) if n > 1)
+        by_axes[key] = merge(by_axes[key], i) if key in by_axes else i
+    groups = sorted(by_axes.items(), key=lambda g: (math.prod(shapes[g[1]]), sorted(g[0])))
+    left = []
+    for n, (axes, i) in enumerate(groups):
+        host = next((k for k in range(n + 1, len(groups)) if axes < groups[k][0]), None)
+        if host is None:
+            left.append(i)
+        else:
+            groups[host] = (groups[host][0], merge(groups[host][1], i))
+    total = left[0]
+    for i in left[1:]:
+        total = merge(total, i)
+    return merges
+
+
+def add_up(tables: List[np.ndarray], merges: Sequence[Merge]) -> np.ndarray:
+    """The sum of `tables` by `merges` (sum_plan's): `tables` is extended with every sum; only a
+    sum made here is added into in place."""
+    for i, j, in_place in merges:
+        if in_place:
+            tables[i] += tables[j]
+            tables.append(tables[i])
+        else:
+            tables.append(tables[i] + tables[j])
+    return tables[-1]
+
+
 class Program:
     """The elimination of a fixed set of free variables from factors over fixed scopes, planned
-    once: which tables each step adds (transposed and shaped how) and which variable it
-    minimises out. Descent re-solves a group many times with the same structure and other
-    numbers; running the plan costs only the numpy work. The order and the sums are those of
-    `solve`'s own loop, so the result is the same to the last bit."""
+    once: which tables each step adds (transposed and shaped how, in sum_plan's order) and which
+    variable it minimises out. Descent re-solves a group many times with the same structure and
+    other numbers; running the plan costs only the numpy work, the same sums in the same order
+    each time (`solve` runs one too)."""
 
     def __init__(
         self,
@@ -130,13 +184,15 @@ class Program:
                         touch[u] -= fids
             vars_ = tuple(sorted({v for _, scope, _ in touching for v in scope}))
             axis = {v: i for i, v in enumerate(vars_)}
-            adds = []
-            for fid, scope, shape in sorted(touching, key=lambda t: -math.prod(t[2])):
+            loads = []
+            for fid, scope, shape in touching:
                 order = sorted(range(len(scope)), key=lambda i: axis[scope[i]])
                 view = [1] * len(vars_)
                 for i in order:
                     view[axis[scope[i]]] = shape[i]
-                adds.append((fid, None if order == list(range(len(order))) else order, tuple(view)))
+                loads.append(
+                    (fid, None if order == list(range(len(order))) else order, tuple(view))
+                )
             ax = vars_.index(best)
             rest = vars_[:ax] + vars_[ax + 1 :]
             out = -1
@@ -146,7 +202,8 @@ class Program:
                 for u in rest:
                     touch[u].add(out)
                 next_id += 1
-            self.steps.append((adds, tuple(domain[v] for v in vars_), ax, out))
+            full = tuple(domain[v] for v in vars_)
+            self.steps.append((loads, sum_plan([view for _, _, view in loads]), full, ax, out))
             self.trace.append((best, rest))
             sequence.eliminate(best)
 
@@ -158,18 +215,12 @@ class Program:
         slots: Dict[int, np.ndarray] = dict(enumerate(tables))
         constant = 0.0
         kept = []
-        for adds, full, ax, out in self.steps:
-            total, owned = None, False  # owned: a sum made here, free to add into in place
-            for fid, order, view in adds:
+        for loads, merges, full, ax, out in self.steps:
+            work = []
+            for fid, order, view in loads:
                 t = slots.pop(fid)
-                t = (t.transpose(order) if order is not None else t).reshape(view)
-                if total is None:
-                    total = t
-                elif owned and total.shape == full:
-                    total += t
-                else:
-                    total, owned = total + t, True
-            assert total is not None  # a step adds the eliminated variable's own table at least
+                work.append((t.transpose(order) if order is not None else t).reshape(view))
+            total = add_up(work, merges)
             table = total if total.shape == full else np.broadcast_to(total, full)
             kept.append((table, ax))  # argmin only where read back
             reduced = table.min(axis=ax)
