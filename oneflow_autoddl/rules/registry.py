@@ -269,10 +269,8 @@ def candidates(graph: Graph, op: Op, hierarchy: Optional[Sequence[int]] = None) 
 def _structure(graph: Graph, op: Op, hierarchy: Tuple[int, ...]) -> tuple:
     """All that OpView shows a rule of `op` on `hierarchy`: its type, attributes, and each blob's
     name, logical shape and dtype, in order."""
-    blobs = tuple(
-        (bn, graph.tensor(lbn).shape, graph.tensor(lbn).dtype)
-        for bn, lbn in (*op.inputs.items(), *op.outputs.items())
-    )
+    tensors = {bn: graph.tensor(lbn) for bn, lbn in (*op.inputs.items(), *op.outputs.items())}
+    blobs = tuple((bn, t.shape, t.dtype) for bn, t in tensors.items())
     return op.type, repr(sorted(op.attrs.items())), blobs, hierarchy
 
 

@@ -103,13 +103,11 @@ def sum_plan(views: Sequence[Tuple[int, ...]]) -> List[Merge]:
         return [(0, 1, False)] if len(views) == 2 else []
     merges: List[Merge] = []
     shapes = [tuple(v) for v in views]
-    owned = [False] * len(views)
 
     def merge(i: int, j: int) -> int:
         union = tuple(map(max, shapes[i], shapes[j]))
-        merges.append((i, j, owned[i] and shapes[i] == union))
+        merges.append((i, j, i >= len(views) and shapes[i] == union))  # a sum made here
         shapes.append(union)
-        owned.append(True)
         return len(shapes) - 1
 
     by_axes: Dict[FrozenSet[int], int] = {}
