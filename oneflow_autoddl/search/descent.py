@@ -116,18 +116,32 @@ class Descent:
         limit = self.max_table_entries
         return elimination_width(group, domain, scoped, limit) <= limit
 
-    def _local(self, free: Sequence[int], x: Sequence[int]) -> Tuple[List[Factor], float]:
+    def _local(
+        self, free: Sequence[int], x: Sequence[int]
+    ) -> Tuple[List[np.ndarray], List[Factor], float]:
+        """(each free variable's unary table plus the factors left on it alone once the others
+        are held; the factors left on several free variables; the objective's part that `free`
+        can change, at x). The one-variable tables are summed here, not left to the elimination:
+        a variable can have dozens of held neighbours (IOPDDL's graphs), and each table the
+        elimination takes costs it a view and a merge to plan and to run."""
         p, free_set = self.problem, set(free)
         fids = sorted({f for v in free for f in p.factors_of[v]})
+        alone: Dict[int, np.ndarray] = {}
         factors, current = [], 0.0
         for fid in fids:
             f = self.tables[fid]
             current += float(f.table[tuple(x[v] for v in f.vars)])
             c = condition(f.vars, f.table, free_set, x)
-            if c is not None:
+            if c is None:
+                continue
+            if len(c.vars) > 1:
                 factors.append(c)
+            elif c.vars[0] in alone:
+                alone[c.vars[0]] += c.table
+            else:
+                alone[c.vars[0]] = self.unary[c.vars[0]] + c.table
         current += sum(float(self.unary[v][x[v]]) for v in free)
-        return factors, current
+        return [alone.get(v, self.unary[v]) for v in free], factors, current
 
     def _boundary(self, group: Sequence[int]) -> Tuple[int, ...]:
         key = tuple(group)
@@ -151,14 +165,14 @@ class Descent:
         key = (tuple(group), tuple(x[u] for u in self._boundary(group)))
         if key in self.memo:
             return self.memo[key], self._current(group, x)
-        factors, current = self._local(group, x)
+        unary, factors, current = self._local(group, x)
         program = self.programs.get(key[0])
         if program is None:
             domain = {v: int(self.problem.domain[v]) for v in group}
             scopes = [f.vars for f in factors]
             program = Program(group, domain, scopes, self.max_table_entries)
             self.programs[key[0]] = program
-        result = program.run([self.unary[v] for v in group] + [f.table for f in factors])
+        result = program.run(unary + [f.table for f in factors])
         self.memo[key] = result
         return result, current
 
