@@ -42,8 +42,9 @@ class _Order:
         self.domain = domain
         self.near: Dict[int, Set[int]] = {v: {v} for v in free}
         for scope in scopes:
-            for v in scope:
-                self.near[v].update(scope)
+            if len(scope) > 1:  # a variable's own table joins it to no one
+                for v in scope:
+                    self.near[v].update(scope)
         self.size = {v: math.prod(map(domain.__getitem__, self.near[v])) for v in free}
         self.heap = [(size, v) for v, size in self.size.items()]
         heapq.heapify(self.heap)
@@ -55,19 +56,25 @@ class _Order:
             if self.size.get(v) == size:
                 return v, size
 
-    def eliminate(self, v: int) -> Tuple[int, ...]:
-        """Take v out; its neighbours (sorted), which the table left behind joins."""
-        rest = self.near.pop(v) - {v}
+    def eliminate(self, v: int) -> None:
+        """Take v out; its neighbours join each other (the table left behind spans them)."""
+        rest = self.near.pop(v)
+        rest.discard(v)
         del self.size[v]
         dv = self.domain[v]
+        if len(rest) == 1:  # a leaf: its one neighbour only sheds it
+            (u,) = rest
+            self.near[u].discard(v)
+            self.size[u] //= dv
+            heapq.heappush(self.heap, (self.size[u], u))
+            return
         for u in rest:
             near = self.near[u]
+            near.discard(v)  # neighbourhoods are symmetric: u's held v
             added = rest - near
             near |= added
-            near.discard(v)  # neighbourhoods are symmetric: u's held v
             self.size[u] = self.size[u] * math.prod(map(self.domain.__getitem__, added)) // dv
             heapq.heappush(self.heap, (self.size[u], u))
-        return tuple(sorted(rest))
 
 
 def elimination_width(
