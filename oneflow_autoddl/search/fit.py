@@ -31,6 +31,7 @@ from .tighten import tighten
 log = logging.getLogger(__name__)
 
 Assignment = List[int]
+PRICE_STEP = 8.0  # a memory round's price scale over the last round's (fit_memory)
 
 
 def _gib(x: float) -> str:
@@ -164,7 +165,13 @@ def fit_memory(
     memory: Optional[Memory] = None,
 ) -> Assignment:
     """`best` if its peak fits `limit`; else the plan found at the cheapest price of memory that
-    fits (the leanest plan found, if no price in `options.penalty_rounds` rounds does)."""
+    fits (the leanest plan found, if no price in `options.penalty_rounds` rounds does).
+
+    Each round prices every step its plan holds over the limit by the excess, at a scale
+    PRICE_STEP times the last round's, and keeps the earlier rounds' prices as they were: the
+    prices follow the steps the latest plans overfill, and the steps only the first plans
+    overfilled (starts can overfill every step) do not keep an item held all step dearer than
+    a larger one held for a few."""
     memory = memory or Memory(problem)
     if memory.peak(best) <= limit:
         return best
@@ -182,8 +189,8 @@ def fit_memory(
         if peak <= limit:
             fit = x
             break
-        over += np.maximum(usage - limit, 0.0) / limit
-        lo, hi = hi, hi * 8
+        over = over / PRICE_STEP + np.maximum(usage - limit, 0.0) / limit
+        lo, hi = hi, hi * PRICE_STEP
     if fit is None:
         log.info(
             "no price of memory found a plan within %s; the leanest holds %s",
