@@ -62,12 +62,6 @@ class _Order:
         rest.discard(v)
         del self.size[v]
         dv = self.domain[v]
-        if len(rest) == 1:  # a leaf: its one neighbour only sheds it
-            (u,) = rest
-            self.near[u].discard(v)
-            self.size[u] //= dv
-            heapq.heappush(self.heap, (self.size[u], u))
-            return
         for u in rest:
             near = self.near[u]
             near.discard(v)  # neighbourhoods are symmetric: u's held v
