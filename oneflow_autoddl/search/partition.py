@@ -72,14 +72,11 @@ class _Scopes:
         self.add(seed)
 
     def _with(self, v: int) -> Dict[int, Tuple[int, ...]]:
-        """v's factors restricted to the group and v, where two or more of them are left: a table
-        over one variable joins it to no other and so widens no elimination."""
-        out = {}
-        for f in self.graph.factors_of[v]:
-            scope = tuple(u for u in self.graph.factors[f].vars if u == v or u in self.domain)
-            if len(scope) > 1:
-                out[f] = scope
-        return out
+        """v's factors restricted to the group and v."""
+        return {
+            f: tuple(u for u in self.graph.factors[f].vars if u == v or u in self.domain)
+            for f in self.graph.factors_of[v]
+        }
 
     def add(self, v: int) -> None:
         self.scope.update(self._with(v))
