@@ -14,13 +14,14 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
+from .eliminate import MAX_ENTRIES, Factor, Program, elimination_width
 from .factors import FactorGraph
 from .problem import SERIAL, Price, Problem, Weights
 
 log = logging.getLogger(__name__)
 
 REL_TOL = 1e-12
+Optimum = Optional[Tuple[Dict[int, int], float]]  # a group's choice and its value; None: too wide
 MAX_GROUP_VARS = 400  # search.options.SearchOptions.max_group_vars
 
 
@@ -98,8 +99,9 @@ class Descent:
             groups = scoped + extra
         self.groups = groups
         self.steps = 0
-        self.memo: Dict[tuple, object] = {}  # group optima by the group's boundary values
+        self.memo: Dict[tuple, Optimum] = {}  # group optima by the group's boundary values
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
+        self._arounds: Dict[Tuple[int, ...], List[Tuple[Factor, Tuple[bool, ...]]]] = {}
         self.programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
         self._whole_group: Optional[List[int]] = None
         self._reaches: Optional[List[Set[int]]] = None  # of each group, found on the first run
@@ -116,6 +118,20 @@ class Descent:
         limit = self.max_table_entries
         return elimination_width(group, domain, scoped, limit) <= limit
 
+    def _around(self, group: Sequence[int]) -> List[Tuple[Factor, Tuple[bool, ...]]]:
+        """The factors touching `group`, each with which of its variables the group frees: found
+        once per group, since every solve of the group reads them."""
+        key = tuple(group)
+        found = self._arounds.get(key)
+        if found is None:
+            members = set(group)
+            fids = sorted({f for v in group for f in self.problem.factors_of[v]})
+            found = [
+                (self.tables[f], tuple(v in members for v in self.tables[f].vars)) for f in fids
+            ]
+            self._arounds[key] = found
+        return found
+
     def _local(
         self, free: Sequence[int], x: Sequence[int]
     ) -> Tuple[List[np.ndarray], List[Factor], float]:
@@ -124,22 +140,18 @@ class Descent:
         can change, at x). The one-variable tables are summed here, not left to the elimination:
         a variable can have dozens of held neighbours (IOPDDL's graphs), and each table the
         elimination takes costs it a view and a merge to plan and to run."""
-        p, free_set = self.problem, set(free)
-        fids = sorted({f for v in free for f in p.factors_of[v]})
         alone: Dict[int, np.ndarray] = {}
         factors, current = [], 0.0
-        for fid in fids:
-            f = self.tables[fid]
+        for f, freed in self._around(free):
             current += float(f.table[tuple(x[v] for v in f.vars)])
-            c = condition(f.vars, f.table, free_set, x)
-            if c is None:
-                continue
-            if len(c.vars) > 1:
-                factors.append(c)
-            elif c.vars[0] in alone:
-                alone[c.vars[0]] += c.table
+            kept = tuple(v for v, keep in zip(f.vars, freed) if keep)
+            table = f.table[tuple(slice(None) if keep else x[v] for v, keep in zip(f.vars, freed))]
+            if len(kept) > 1:
+                factors.append(Factor(kept, table))
+            elif kept[0] in alone:
+                alone[kept[0]] += table
             else:
-                alone[c.vars[0]] = self.unary[c.vars[0]] + c.table
+                alone[kept[0]] = self.unary[kept[0]] + table
         current += sum(float(self.unary[v][x[v]]) for v in free)
         return [alone.get(v, self.unary[v]) for v in free], factors, current
 
@@ -152,19 +164,19 @@ class Descent:
 
     def _current(self, group: Sequence[int], x: Sequence[int]) -> float:
         """The objective's part that `group` can change, at x."""
-        p = self.problem
-        fids = {f for v in group for f in p.factors_of[v]}
-        total = sum(
-            float(self.tables[f].table[tuple(x[v] for v in self.tables[f].vars)]) for f in fids
-        )
+        total = sum(float(f.table[tuple(x[v] for v in f.vars)]) for f, _ in self._around(group))
         return total + sum(float(self.unary[v][x[v]]) for v in group)
 
-    def _solve(self, group: Sequence[int], x: List[int]):
-        """(choice, its value) for `group` with every other variable held at x: the group's
-        optimum depends only on its boundary's values, so it is memoised on them."""
+    def _solve(self, group: Sequence[int], x: List[int]) -> Tuple[Optimum, Optional[float]]:
+        """(choice, its value) for `group` with every other variable held at x, and the objective's
+        part the group can change at x (None where the choice is x's own: nothing to compare). The
+        group's optimum depends only on its boundary's values, so it is memoised on them."""
         key = (tuple(group), tuple(x[u] for u in self._boundary(group)))
         if key in self.memo:
-            return self.memo[key], self._current(group, x)
+            result = self.memo[key]
+            if result is None or all(x[v] == k for v, k in result[0].items()):
+                return result, None
+            return result, self._current(group, x)
         unary, factors, current = self._local(group, x)
         program = self.programs.get(key[0])
         if program is None:
@@ -182,7 +194,7 @@ class Descent:
             return False
         choice, value = result
         self.steps += 1
-        if value < current - REL_TOL * max(1.0, abs(current)):
+        if current is not None and value < current - REL_TOL * max(1.0, abs(current)):
             for v, k in choice.items():
                 x[v] = k
             return True
