@@ -11,7 +11,9 @@ step to leaner candidates, each the cheapest per byte of the excess it removes),
 single-variable moves along the limit and kept if cheapest. After STALE_SHARE of the rounds'
 time without a cheaper fit, the next starts again from the cheapest under the weights it was
 found under, times a random one of RESTART_SCALES, or (FROM_LOWEST of the time, where a round
-reached a cheaper assignment over the limit) from the cheapest round under fresh weights. The
+reached a cheaper assignment over the limit) from the cheapest round under fresh weights; after
+IN_ORDER_AFTER restarts in a row that found nothing, the partitions grow in program order until
+a restart finds a cheaper fit. The
 rest of the time goes to iterated local search: a random ball of variables takes random
 candidates, the groups around it descend again under a multiple of the last weights, and the
 result is kept if it fits and costs less. Only assignments that fit are ever returned.
@@ -51,6 +53,7 @@ NO_MOVES: Moves = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np
 STALE_SHARE = 0.08  # of the rounds' time with no cheaper fit sends the next back to the cheapest
 RESTART_SCALES = (0.5, 1.0, 2.0)  # it starts under the weights that found it times one of these
 FROM_LOWEST = 0.5  # or, this often, from the cheapest round where that costs less, under fresh ones
+IN_ORDER_AFTER = 2  # restarts in a row that found nothing before the next grows in program order
 
 
 @dataclass
@@ -108,6 +111,7 @@ class Search:
         for item in usage.items:
             self.items_of[item.vars[0]].append(item)
         self.best: Optional[Tuple[float, List[int]]] = None  # (cost, x) of the best that fits
+        self.in_order = False  # whether partitions grow in program order (search.partition)
 
     def _time_left(self, until: Optional[float] = None) -> bool:
         return time.monotonic() < min(self.deadline, until or math.inf)
@@ -131,7 +135,9 @@ class Search:
         fails, done = 0, 0
         value = self.graph.objective(x, price)
         while fails < PATIENCE and done != passes and self._time_left(until):
-            groups = partition(self.graph, self.near, variables, self.rng, GROUP_VARS)
+            groups = partition(
+                self.graph, self.near, variables, self.rng, GROUP_VARS, in_order=self.in_order
+            )
             for chunk in _chunks(groups, CHUNK_VARS):
                 if not self._time_left(until):
                     break
@@ -164,8 +170,13 @@ class Search:
         of the time where a round reached an assignment cheaper than the cheapest fit, from that
         one under fresh weights: the cheapest fit can be a local optimum of the descent that no
         weights lead out of (graph G: 229,274, where the fit 217,039 differs in 50 variables), the
-        rounds over the limit come at it from the cheap side. The weights reached (none where
-        memory is unlimited: the descent then goes to convergence)."""
+        rounds over the limit come at it from the cheap side. Where IN_ORDER_AFTER restarts in a
+        row found nothing, the next ones grow their partitions in program order (no draw, so the
+        random choices stay as they were until then): G's way out of 229,274 is a stretch of the
+        program re-solved at once, which random connected groups split, while S's rounds, which
+        seldom stall so long, need random groups.
+        The weights reached (none where memory is unlimited: the descent then goes to
+        convergence)."""
         self.consider(x)
         if not math.isfinite(self.limit):
             self.consider(self.descend(x, 0.0, self.free, until))
@@ -173,6 +184,7 @@ class Search:
         weights = self._fresh(x)
         patience = STALE_SHARE * max(until - time.monotonic(), 0.0)
         found_under, since, rounds = weights.scaled(1.0), time.monotonic(), 0
+        fruitless = 0  # restarts since the cheapest fit last changed
         lowest = (math.inf, x)  # the cheapest assignment a round reached, fitting or not
         while self._time_left(until):
             cheapest = self.best
@@ -183,10 +195,12 @@ class Search:
             if self.consider(fitting):
                 self.consider(self.tighten(fitting, self.free, until))
             if self.best is not cheapest:
-                found_under, since = weights.scaled(1.0), time.monotonic()
+                found_under, since, fruitless = weights.scaled(1.0), time.monotonic(), 0
             weights.update(items_over(self.usage.start, self.usage.end, profile, self.limit))
             rounds += 1
             if time.monotonic() - since >= patience and self.best is not None:
+                self.in_order = fruitless >= IN_ORDER_AFTER
+                fruitless += 1
                 scale = self.rng.choice(RESTART_SCALES)
                 x, weights = list(self.best[1]), found_under.scaled(scale)
                 if lowest[0] < self.best[0] and self.rng.random() < FROM_LOWEST:

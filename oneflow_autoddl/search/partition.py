@@ -8,11 +8,14 @@ leaf by leaf, builds no table larger than its largest factor. One that closes a 
 only if the group's elimination (search.eliminate.elimination_width, counted without building
 a table) stays within `max_entries`: the cycles are what a descent over single variables or
 forests cannot change together. Drawn anew, a partition puts every variable in new company,
-which lets repeated descents leave the optimum of one partition.
+which lets repeated descents leave the optimum of one partition. Grown in order instead (the
+frontier variable nearest the seed in number first), a group is a stretch of a graph whose
+variables are numbered in program order, as IOPDDL's are.
 """
 
+import heapq
 import random
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .eliminate import MAX_ENTRIES, elimination_width
 from .factors import FactorGraph
@@ -98,17 +101,17 @@ def grow_group(
     rng: random.Random,
     max_vars: Optional[int] = None,
     max_entries: int = MAX_ENTRIES,
+    in_order: bool = False,
 ) -> List[int]:
-    """A connected group of `allowed` variables grown from `seed` in random order, of
-    elimination width within `max_entries`."""
+    """A connected group of `allowed` variables grown from `seed` in random order (`in_order`:
+    the variable nearest `seed` in number first), of elimination width within `max_entries`."""
     parts = _Parts()
     parts.add(seed)
     scopes = _Scopes(graph, seed)
-    members, frontier, refused = [seed], list(near[seed]), set()
+    members, frontier, refused = [seed], _Frontier(seed, rng, in_order), set()
+    frontier.extend(near[seed])
     checks = MAX_CHECKS
     while frontier and (max_vars is None or len(members) < max_vars):
-        i = rng.randrange(len(frontier))
-        frontier[i], frontier[-1] = frontier[-1], frontier[i]
         v = frontier.pop()
         if v in parts.parent or v in refused or v not in allowed:
             continue
@@ -128,6 +131,32 @@ def grow_group(
     return members
 
 
+class _Frontier:
+    """The variables next to a growing group, handed out at random or, `in_order`, nearest the
+    seed in number first (a heap)."""
+
+    def __init__(self, seed: int, rng: random.Random, in_order: bool):
+        self.seed, self.rng, self.in_order = seed, rng, in_order
+        self.items: List[Tuple[int, int]] = []  # (distance from the seed or 0, variable)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def extend(self, variables: Iterable[int]) -> None:
+        if self.in_order:
+            for v in variables:
+                heapq.heappush(self.items, (abs(v - self.seed), v))
+        else:
+            self.items.extend((0, v) for v in variables)
+
+    def pop(self) -> int:
+        if self.in_order:
+            return heapq.heappop(self.items)[1]
+        i = self.rng.randrange(len(self.items))
+        self.items[i], self.items[-1] = self.items[-1], self.items[i]
+        return self.items.pop()[1]
+
+
 def partition(
     graph: FactorGraph,
     near: List[List[int]],
@@ -135,16 +164,18 @@ def partition(
     rng: random.Random,
     max_vars: Optional[int] = None,
     max_entries: int = MAX_ENTRIES,
+    in_order: bool = False,
 ) -> List[List[int]]:
     """`variables` partitioned into connected groups of at most `max_vars` variables and
-    elimination width within `max_entries`, grown from random seeds; largest first."""
+    elimination width within `max_entries`, grown from random seeds (grow_group's `in_order`);
+    largest first."""
     left = set(variables)
     order = list(variables)
     rng.shuffle(order)
     groups = []
     for seed in order:
         if seed in left:
-            group = grow_group(graph, near, seed, left, rng, max_vars, max_entries)
+            group = grow_group(graph, near, seed, left, rng, max_vars, max_entries, in_order)
             left.difference_update(group)
             groups.append(sorted(group))
     groups.sort(key=len, reverse=True)
