@@ -62,8 +62,8 @@ class SearchOptions:
     byte_moves_taken: int = 16
 
     # -- memory ------------------------------------------------------------------------------
-    # Rounds that raise the price of a byte of memory (x8 each) until the plan fits, then
-    # bisections of the interval back towards the cheapest price that fits.
+    # Rounds that raise the price of a byte of memory (search.fit.PRICE_STEP times each) until
+    # the plan fits, then bisections of the interval back towards the cheapest price that fits.
     penalty_rounds: int = 12
     bisections: int = 2
     # Passes of unpriced moves that keep a fitted plan within the limit (search.tighten): each
