@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from .eliminate import MAX_ENTRIES, Factor, Program, elimination_width
+from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
 from .factors import FactorGraph
 from .problem import SERIAL, Price, Problem, Weights
 
@@ -101,7 +101,7 @@ class Descent:
         self.steps = 0
         self.memo: Dict[tuple, Optimum] = {}  # group optima by the group's boundary values
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
-        self._arounds: Dict[Tuple[int, ...], List[Tuple[Factor, Tuple[bool, ...]]]] = {}
+        self._arounds: Dict[Tuple[int, ...], List[Factor]] = {}
         self.programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
         self._whole_group: Optional[List[int]] = None
         self._reaches: Optional[List[Set[int]]] = None  # of each group, found on the first run
@@ -118,17 +118,14 @@ class Descent:
         limit = self.max_table_entries
         return elimination_width(group, domain, scoped, limit) <= limit
 
-    def _around(self, group: Sequence[int]) -> List[Tuple[Factor, Tuple[bool, ...]]]:
-        """The factors touching `group`, each with which of its variables the group frees: found
-        once per group, since every solve of the group reads them."""
+    def _around(self, group: Sequence[int]) -> List[Factor]:
+        """The factors touching `group`: found once per group, since every solve of the group
+        reads them."""
         key = tuple(group)
         found = self._arounds.get(key)
         if found is None:
-            members = set(group)
             fids = sorted({f for v in group for f in self.problem.factors_of[v]})
-            found = [
-                (self.tables[f], tuple(v in members for v in self.tables[f].vars)) for f in fids
-            ]
+            found = [self.tables[f] for f in fids]
             self._arounds[key] = found
         return found
 
@@ -140,18 +137,20 @@ class Descent:
         can change, at x). The one-variable tables are summed here, not left to the elimination:
         a variable can have dozens of held neighbours (IOPDDL's graphs), and each table the
         elimination takes costs it a view and a merge to plan and to run."""
+        free_set = set(free)
         alone: Dict[int, np.ndarray] = {}
         factors, current = [], 0.0
-        for f, freed in self._around(free):
+        for f in self._around(free):
             current += float(f.table[tuple(x[v] for v in f.vars)])
-            kept = tuple(v for v, keep in zip(f.vars, freed) if keep)
-            table = f.table[tuple(slice(None) if keep else x[v] for v, keep in zip(f.vars, freed))]
-            if len(kept) > 1:
-                factors.append(Factor(kept, table))
-            elif kept[0] in alone:
-                alone[kept[0]] += table
+            c = condition(f.vars, f.table, free_set, x)
+            if c is None:
+                continue
+            if len(c.vars) > 1:
+                factors.append(c)
+            elif c.vars[0] in alone:
+                alone[c.vars[0]] += c.table
             else:
-                alone[kept[0]] = self.unary[kept[0]] + table
+                alone[c.vars[0]] = self.unary[c.vars[0]] + c.table
         current += sum(float(self.unary[v][x[v]]) for v in free)
         return [alone.get(v, self.unary[v]) for v in free], factors, current
 
@@ -164,7 +163,7 @@ class Descent:
 
     def _current(self, group: Sequence[int], x: Sequence[int]) -> float:
         """The objective's part that `group` can change, at x."""
-        total = sum(float(f.table[tuple(x[v] for v in f.vars)]) for f, _ in self._around(group))
+        total = sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self._around(group))
         return total + sum(float(self.unary[v][x[v]]) for v in group)
 
     def _solve(self, group: Sequence[int], x: List[int]) -> Tuple[Optimum, Optional[float]]:
