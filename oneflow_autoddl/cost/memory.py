@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..ir import DTYPE_BYTES, Graph, Op, Tensor
 from ..rules import update_of, workspace_of
@@ -104,12 +105,10 @@ class Timeline:
         return float(sum(h.bytes for h in self.held))
 
 
-def step_usage(
-    starts: Sequence[int], ends: Sequence[int], amounts: Sequence[float], steps: int
-) -> np.ndarray:
+def step_usage(starts: ArrayLike, ends: ArrayLike, amounts: ArrayLike, steps: int) -> np.ndarray:
     """Bytes held at each of `steps` time steps, where amount i is held over [starts[i], ends[i]):
     added up blob by blob in their order (the sums a loop over them makes)."""
-    n = len(amounts)
+    n = np.size(amounts)
     where: np.ndarray = np.empty(2 * n, dtype=np.int64)
     weights: np.ndarray = np.empty(2 * n)
     where[0::2], where[1::2] = starts, ends
@@ -184,6 +183,7 @@ class Spans:
     def __init__(self, graph: Graph, steps: Mapping[str, int], reuse: bool):
         self.graph, self.steps, self.reuse = graph, steps, reuse
         self.count = len(steps)
+        self._tensors: Dict[str, Tuple[int, int]] = {}  # `tensor`'s over every consumer
 
     def whole(self) -> Tuple[int, int]:
         return 0, self.count
@@ -195,6 +195,13 @@ class Spans:
 
     def tensor(self, lbn: str, readers: Optional[Sequence[str]] = None) -> Tuple[int, int]:
         """From the producer to the last of `readers` (default: every consumer)."""
+        if readers is None:
+            if lbn not in self._tensors:
+                self._tensors[lbn] = self._tensor(lbn, None)
+            return self._tensors[lbn]
+        return self._tensor(lbn, readers)
+
+    def _tensor(self, lbn: str, readers: Optional[Sequence[str]]) -> Tuple[int, int]:
         t = self.graph.tensor(lbn)
         if not self.reuse or self.graph.op(t.producer).role == "variable":
             return self.whole()
@@ -224,17 +231,19 @@ class TimelineIndex:
 
     def __init__(self, graph: Graph, reuse: bool, order: Optional[Sequence[str]] = None):
         steps = step_order(graph, order)
-        spans = Spans(graph, steps, reuse)
+        self.spans = spans = Spans(graph, steps, reuse)
         self.graph, self.whole = graph, spans.whole()
         self.names = sorted(steps, key=steps.__getitem__)
         mesh = graph.main_placement()
         self.ops: List[Tuple[Op, List[_Tensor], bool, Tuple[int, int]]] = []
+        self.boxable: Dict[str, Tuple[Op, _Tensor]] = {}  # lbn -> its producer and itself
         for name in self.names:
             op = graph.op(name)
             if op.placement == mesh and op.role != "system":
                 outputs = [self._tensor(op, lbn, spans, steps) for lbn in op.outputs.values()]
                 work = workspace_of(op) is not None and bool(op.inputs)
                 self.ops.append((op, outputs, work, spans.op(name)))
+                self.boxable.update((out.lbn, (op, out)) for out in outputs if out.boxable)
 
     def _tensor(self, op: Op, lbn: str, spans: Spans, steps: Mapping[str, int]) -> _Tensor:
         g = self.graph
@@ -263,33 +272,40 @@ class TimelineIndex:
             sig = signatures[op.name]
             hierarchy = op.placement.hierarchy
             for out in outputs:
-                src = sig[out.obn]
-                nbytes = tensor_bytes(out.tensor, src, hierarchy)
+                nbytes = tensor_bytes(out.tensor, sig[out.obn], hierarchy)
                 held.append(Held(out.lbn, out.kind, nbytes, *out.span))
-                if out.boxable and (boxed is None or out.lbn in boxed):
-                    self._boxings(held, out, src, nbytes, signatures, model, hierarchy)
             if work:
                 scratch = workspace_bytes(self.graph, op, sig)
                 if scratch:
                     held.append(Held(f"{op.name}/workspace", "buffers", scratch, *op_span))
+        held += self.boxing_held(signatures.__getitem__, model, boxed)
         return line
 
+    def boxing_held(
+        self, signature_of: SignatureOf, model: CostModel, boxed: Optional[Set[str]] = None
+    ) -> List[Held]:
+        """The blobs the boxings of the `boxed` tensors hold (default: of every tensor): what
+        `timeline` holds besides the outputs and scratch buffers."""
+        held: List[Held] = []
+        lbns = self.boxable if boxed is None else sorted(boxed)
+        for lbn in lbns:
+            if lbn in self.boxable:
+                op, out = self.boxable[lbn]
+                self._boxings(held, op, out, signature_of, model)
+        return held
+
     def _boxings(
-        self,
-        held: List[Held],
-        out: _Tensor,
-        src: NdSbp,
-        nbytes: float,
-        signatures: Mapping[str, Signature],
-        model: CostModel,
-        hierarchy: Sequence[int],
+        self, held: List[Held], op: Op, out: _Tensor, signature_of: SignatureOf, model: CostModel
     ) -> None:
+        src = signature_of(op.name)[out.obn]
+        hierarchy = op.placement.hierarchy
         targets: Dict[NdSbp, List[int]] = {}  # SBP -> the time steps of the readers taking it
         for consumer, ibn, step in out.readers:
-            dst = signatures[consumer][ibn]
+            dst = signature_of(consumer)[ibn]
             if dst != src:
                 targets.setdefault(dst, []).append(step)
         if targets and out.variable and any(s.is_split for s in src):
+            nbytes = tensor_bytes(out.tensor, src, hierarchy)
             held.append(Held(f"{out.lbn}->copy", "buffers", nbytes, *self.whole))
         t = out.tensor
         for dst, steps in targets.items():

@@ -26,6 +26,7 @@ import numpy as np
 from ..cost.buffers import state_bytes
 from ..cost.memory import (
     KINDS,
+    Held,
     Peak,
     Spans,
     TimelineIndex,
@@ -56,11 +57,22 @@ class MemoryItem:
         return float(self.usage[tuple(x[v] for v in self.vars)])
 
 
-def memory_items(problem: Problem, order: Optional[Sequence[str]] = None) -> List[MemoryItem]:
+def memory_items(problem: Problem) -> List[MemoryItem]:
     """Every item of the problem's main placement: op outputs, scratch buffers, boxings. Tied
     units have the same shapes, so their usage is computed once per variable."""
+    index = peak_index(problem)
+    spans, items = index.timeline.spans, list(index.own)
+    tables: Dict[tuple, List[Tuple[Tuple[int, ...], np.ndarray]]] = {}
+    for ends in problem.ends:
+        if ends.consumers:
+            items += _boxing_items(problem, ends, spans, tables)
+    return items
+
+
+def _own_items(problem: Problem, spans: Spans) -> List[MemoryItem]:
+    """The items of one variable each: every op's outputs and scratch buffer, exact. Tied units
+    share their tables."""
     graph = problem.graph
-    spans = Spans(graph, step_order(graph, order), problem.model.cluster.reuses_memory)
     items: List[MemoryItem] = []
     usage: Dict[tuple, np.ndarray] = {}
     for u, unit in enumerate(problem.units):
@@ -82,10 +94,6 @@ def memory_items(problem: Problem, order: Optional[Sequence[str]] = None) -> Lis
             if usage[key].any():
                 span = spans.op(name)
                 items.append(MemoryItem((v,), usage[key], *span, "buffers", f"{name}/workspace"))
-    tables: Dict[tuple, List[Tuple[Tuple[int, ...], np.ndarray]]] = {}
-    for ends in problem.ends:
-        if ends.consumers:
-            items += _boxing_items(problem, ends, spans, tables)
     return items
 
 
@@ -208,22 +216,83 @@ def by_kind_at(items: Sequence[MemoryItem], x: Sequence[int], step: int) -> Dict
     return out
 
 
+class PeakIndex:
+    """A problem's timelines in its order, gathered once for `peak_memory`: the outputs' and
+    scratch buffers' bytes for every candidate (the single-variable items, exact) in one flat
+    array with their spans and kinds, so that a plan's take one numpy gather; its boxings'
+    blobs are the timeline's own (cost.memory.TimelineIndex.boxing_held). Bytes are whole
+    numbers, so the sums, in any order, are the timeline's."""
+
+    def __init__(self, problem: Problem):
+        self.timeline = TimelineIndex(problem.graph, problem.model.cluster.reuses_memory)
+        self.own = own = _own_items(problem, self.timeline.spans)
+        self.boxings: Dict[Tuple[int, Tuple[int, ...]], List[Held]] = {}  # see `_boxings`
+        offsets: Dict[int, int] = {}  # id of a usage table -> where it starts in `flat`
+        tables: List[np.ndarray] = []
+        size = 0
+        for item in own:
+            if id(item.usage) not in offsets:
+                offsets[id(item.usage)], size = size, size + len(item.usage)
+                tables.append(item.usage)
+        self.flat = np.concatenate(tables) if tables else np.zeros(0)
+        self.base: np.ndarray = np.array([offsets[id(item.usage)] for item in own], dtype=int)
+        self.var: np.ndarray = np.array([item.vars[0] for item in own], dtype=int)
+        self.starts: np.ndarray = np.array([item.start for item in own], dtype=int)
+        self.ends: np.ndarray = np.array([item.end for item in own], dtype=int)
+        self.kinds: np.ndarray = np.array([KINDS.index(item.kind) for item in own], dtype=int)
+
+    def peak(self, problem: Problem, x: Sequence[int]) -> Peak:
+        """The peak of x's timeline: what cost.memory.timeline(...).peak() finds."""
+        index = self.timeline
+        amounts = self.flat[self.base + np.asarray(x, dtype=int)[self.var]]
+        boxings = self._boxings(problem, x)
+        usage = step_usage(
+            np.concatenate([self.starts, [h.start for h in boxings]]).astype(int),
+            np.concatenate([self.ends, [h.end for h in boxings]]).astype(int),
+            np.concatenate([amounts, [h.bytes for h in boxings]]),
+            len(index.names),
+        )
+        step = int(np.argmax(usage))
+        live = (self.starts <= step) & (step < self.ends)
+        sums = np.bincount(self.kinds[live], amounts[live], minlength=len(KINDS))
+        by_kind = dict(zip(KINDS, sums.tolist()))
+        for h in boxings:
+            if h.start <= step < h.end:
+                by_kind[h.kind] += h.bytes
+        return Peak(float(usage[step]), step, index.names[step], by_kind)
+
+    def _boxings(self, problem: Problem, x: Sequence[int]) -> List[Held]:
+        """The blobs of x's boxings, each tensor's memoised on the choices at its ends (the
+        search asks for the peaks of plans a few variables apart)."""
+        signature = partial(problem.signature, x=x)
+        out: List[Held] = []
+        for i in problem.boxed_tensors(x):
+            key = (int(i), problem.choices_at(i, x))
+            if key not in self.boxings:
+                lbn = problem.ends[i].tensor.lbn
+                self.boxings[key] = self.timeline.boxing_held(signature, problem.model, {lbn})
+            out += self.boxings[key]
+        return out
+
+
+def peak_index(problem: Problem) -> PeakIndex:
+    """The problem's PeakIndex, made on first use."""
+    if problem.peak_index is None:
+        problem.peak_index = PeakIndex(problem)
+    return problem.peak_index
+
+
 def peak_memory(problem: Problem, x: Sequence[int], order: Optional[Sequence[str]] = None) -> Peak:
     """The peak of assignment x's timeline (cost.memory), exact where the items bound; in the
     problem's order, computed once per assignment (the search, the planner and the report ask
-    for the same plans' peaks, each a walk over every blob)."""
+    for the same plans' peaks) through the problem's PeakIndex."""
+    if order is not None:
+        signature, boxed = partial(problem.signature, x=x), problem.boxed_lbns(x)
+        return timeline(problem.graph, signature, problem.model, order, None, boxed).peak()
     key = tuple(x)
-    if order is None and key in problem.peaks:
-        return problem.peaks[key]
-    if order is None and problem.timeline_index is None:
-        problem.timeline_index = TimelineIndex(problem.graph, problem.model.cluster.reuses_memory)
-    index = problem.timeline_index if order is None else None
-    signature = partial(problem.signature, x=x)
-    boxed = problem.boxed_lbns(x)
-    found = timeline(problem.graph, signature, problem.model, order, index, boxed).peak()
-    if order is None:
-        problem.peaks[key] = found
-    return found
+    if key not in problem.peaks:
+        problem.peaks[key] = peak_index(problem).peak(problem, x)
+    return problem.peaks[key]
 
 
 def held_by_kind(problem: Problem, x: Sequence[int]) -> Dict[str, float]:

@@ -17,12 +17,23 @@ is always exact.
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import AbstractSet, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    AbstractSet,
+    Dict,
+    FrozenSet,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 
 from ..cost.cluster import Cluster
-from ..cost.memory import Peak, TimelineIndex
+from ..cost.memory import Peak
 from ..cost.model import INFEASIBLE, CostModel, Transfer
 from ..cost.schedule import Scheduler
 from ..ir import Graph, Tensor
@@ -32,6 +43,9 @@ from .eliminate import Factor
 from .prices import StepPrices
 from .ties import tie_ops
 from .units import Unit, build_units, fill_candidates
+
+if TYPE_CHECKING:
+    from .memory import PeakIndex
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +145,7 @@ class Problem:
         self._sbp_ids: Dict[tuple, np.ndarray] = {}
         self._boxing: Dict[tuple, Tuple[np.ndarray, np.ndarray]] = {}
         self.peaks: Dict[Tuple[int, ...], Peak] = {}  # search.memory.peak_memory's, by plan
-        self.timeline_index: Optional[TimelineIndex] = None  # peak_memory's, made on first use
+        self.peak_index: Optional[PeakIndex] = None  # peak_memory's, made on first use
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
@@ -561,10 +575,14 @@ class Problem:
         a, b = self._sbp_of_id[src], self._sbp_of_id[dst]
         return self.model.transfer(a, b, t.shape, t.dtype).bytes
 
+    def choices_at(self, i: int, x: Sequence[int]) -> Tuple[int, ...]:
+        """The choices of x that tensor i's boxing depends on: its producer's and consumers'."""
+        return tuple(x[v] for v in self._vars_of[i])
+
     def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, AbstractSet[str]]:
         """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
         (the final picks weigh many assignments one variable apart)."""
-        key = (i, tuple(x[v] for v in self._vars_of[i]))
+        key = (i, self.choices_at(i, x))
         if key not in self._transfer_memo:
             self._transfer_memo[key] = self._tensor_transfer(self.ends[i], x)
         return self._transfer_memo[key]
@@ -584,7 +602,7 @@ class Problem:
         b.op_compute = dict(zip(self.graph.ops, times))
         b.compute_time = sum(times)
         waiting = {}
-        for i in self._boxed_tensors(x):
+        for i in self.boxed_tensors(x):
             ends = self.ends[i]
             tr, boxed = self._transfer_of(i, x)
             if tr.bytes or tr.time:
@@ -639,9 +657,9 @@ class Problem:
 
     def boxed_lbns(self, x: Sequence[int]) -> Set[str]:
         """The tensors some consumer reads in another SBP, or on another placement, under x."""
-        return {self.ends[i].tensor.lbn for i in self._boxed_tensors(x)}
+        return {self.ends[i].tensor.lbn for i in self.boxed_tensors(x)}
 
-    def _boxed_tensors(self, x: Sequence[int]) -> np.ndarray:
+    def boxed_tensors(self, x: Sequence[int]) -> np.ndarray:
         """Indices into self.ends of the tensors some consumer reads in another SBP, or on another
         placement."""
         ids, p_start, p_var, c_start, c_var, c_tensor, remote = self._ends_index

@@ -3,6 +3,7 @@
 
 import re
 
+import numpy as np
 import pytest
 
 from oneflow_autoddl.cost.buffers import nccl_move_blobs, oneflow_cpu_move_blobs
@@ -20,7 +21,7 @@ from oneflow_autoddl.ir import Graph, Op, Placement, Tensor
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.sbp import B, P, S, Signature, parse_nd
 from oneflow_autoddl.search import baselines
-from oneflow_autoddl.search.memory import memory_items, peak_of, usage_at
+from oneflow_autoddl.search.memory import PeakIndex, memory_items, peak_of, usage_at
 from oneflow_autoddl.search.options import SearchOptions
 from oneflow_autoddl.search.problem import build_problem
 
@@ -200,6 +201,23 @@ def test_items_give_the_timelines_peak(cluster):
             assert found == exact
             assert list(usage_at(items, x, line.steps)) == list(line.usage())
         assert exact <= found <= 1.15 * exact, name
+
+
+@pytest.mark.parametrize("cluster", ["cpu-local", "dgx-a100"])
+@pytest.mark.parametrize("mesh", [(4,), (2, 2)])
+def test_the_peak_index_finds_the_timelines_peak(cluster, mesh):
+    """peak_memory's PeakIndex gathers the outputs and scratch buffers by candidate and adds the
+    boxings per plan: the timeline's peak exactly (bytes, time step, op, what it is made of), on
+    the experts' plans and on random ones, which box many tensors for several readers."""
+    g = build_gpt(2, 32, 4, 8, 64, 16, mesh, device="cpu")
+    problem = build_problem(g, load_cluster(cluster))
+    index = PeakIndex(problem)
+    rng = np.random.default_rng(0)
+    plans = [plan(problem) for plan in baselines.BASELINES.values()]
+    plans += [[int(rng.integers(n)) for n in problem.domain] for _ in range(8)]
+    for x in plans:
+        line = timeline(g, lambda op, x=x: problem.signature(op, x), problem.model)
+        assert index.peak(problem, x) == line.peak()
 
 
 def test_peak_below_the_sum_where_memory_is_reused():
