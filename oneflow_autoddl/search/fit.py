@@ -21,7 +21,7 @@ from ..ir import CHECKPOINT_COPY_PREFIX
 from ..mesh import format_mesh
 from .descend import descend, sweep
 from .executor import Executor
-from .memory import MemoryItem, memory_items, peak_memory, usage_at
+from .memory import ItemTable, MemoryItem, memory_items, peak_memory
 from .options import SearchOptions
 from .prices import StepPrices, lower_bound, step_prices
 from .problem import Price, Problem
@@ -45,10 +45,11 @@ class Memory:
         self.problem = problem
         self.items: List[MemoryItem] = memory_items(problem)
         self.steps = max((item.end for item in self.items), default=0)
+        self.table = ItemTable(self.items)
 
     def usage(self, x: Sequence[int]) -> np.ndarray:
         """Bytes held at each step as the items count them (a bound: see search.memory)."""
-        return usage_at(self.items, x, self.steps)
+        return self.table.usage(x, self.steps)
 
     def peak(self, x: Sequence[int]) -> float:
         """The exact peak of x's timeline, as the Plan reports it (at most the items' bound)."""
@@ -205,7 +206,7 @@ def fit_memory(
             hi, fit = mid, pick(problem, [fit, x], 0.0, options)
         else:
             lo = mid
-    tight = tighten(problem, fit, limit, memory.items, memory.steps, options)
+    tight = tighten(problem, fit, limit, memory.items, memory.usage(fit), options)
     if memory.peak(tight) <= limit:
         fit = pick(problem, [fit, tight], 0.0, options)
     log.info(

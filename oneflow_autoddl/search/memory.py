@@ -41,7 +41,7 @@ from ..cost.memory import (
 )
 from ..ir import DTYPE_BYTES
 from ..sbp import NdSbp
-from .problem import Endpoint, Problem, TensorEnds
+from .problem import Endpoint, Gather, Problem, TensorEnds
 
 
 @dataclass(frozen=True)
@@ -199,21 +199,27 @@ def _sbp_ids(problem: Problem, e: Endpoint, vocab: Dict[tuple, int]) -> np.ndarr
 
 def usage_at(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> np.ndarray:
     """Bytes held at each time step under assignment x."""
-    amounts = [item.at(x) for item in items]
-    return step_usage([i.start for i in items], [i.end for i in items], amounts, steps)
+    return ItemTable(items).usage(x, steps)
+
+
+class ItemTable:
+    """Memory items laid out to be read at many assignments: each one's bytes at x in one numpy
+    gather (search.problem.Gather), with their spans."""
+
+    def __init__(self, items: Sequence[MemoryItem]):
+        self.gather = Gather([i.vars for i in items], [i.usage for i in items])
+        self.starts: np.ndarray = np.array([i.start for i in items], dtype=int)
+        self.ends: np.ndarray = np.array([i.end for i in items], dtype=int)
+
+    def amounts(self, x: Sequence[int]) -> np.ndarray:
+        return self.gather.entries(np.asarray(x, dtype=int))
+
+    def usage(self, x: Sequence[int], steps: int) -> np.ndarray:
+        return step_usage(self.starts, self.ends, self.amounts(x), steps)
 
 
 def peak_of(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> float:
     return float(usage_at(items, x, steps).max()) if steps else 0.0
-
-
-def by_kind_at(items: Sequence[MemoryItem], x: Sequence[int], step: int) -> Dict[str, float]:
-    """What the bytes held at one time step are, by kind."""
-    out = {kind: 0.0 for kind in KINDS}
-    for item in items:
-        if item.start <= step < item.end:
-            out[item.kind] += item.at(x)
-    return out
 
 
 class PeakIndex:
@@ -227,33 +233,22 @@ class PeakIndex:
         self.timeline = TimelineIndex(problem.graph, problem.model.cluster.reuses_memory)
         self.own = own = _own_items(problem, self.timeline.spans)
         self.boxings: Dict[Tuple[int, Tuple[int, ...]], List[Held]] = {}  # see `_boxings`
-        offsets: Dict[int, int] = {}  # id of a usage table -> where it starts in `flat`
-        tables: List[np.ndarray] = []
-        size = 0
-        for item in own:
-            if id(item.usage) not in offsets:
-                offsets[id(item.usage)], size = size, size + len(item.usage)
-                tables.append(item.usage)
-        self.flat = np.concatenate(tables) if tables else np.zeros(0)
-        self.base: np.ndarray = np.array([offsets[id(item.usage)] for item in own], dtype=int)
-        self.var: np.ndarray = np.array([item.vars[0] for item in own], dtype=int)
-        self.starts: np.ndarray = np.array([item.start for item in own], dtype=int)
-        self.ends: np.ndarray = np.array([item.end for item in own], dtype=int)
+        self.table = ItemTable(own)
         self.kinds: np.ndarray = np.array([KINDS.index(item.kind) for item in own], dtype=int)
 
     def peak(self, problem: Problem, x: Sequence[int]) -> Peak:
         """The peak of x's timeline: what cost.memory.timeline(...).peak() finds."""
-        index = self.timeline
-        amounts = self.flat[self.base + np.asarray(x, dtype=int)[self.var]]
+        index, table = self.timeline, self.table
+        amounts = table.amounts(x)
         boxings = self._boxings(problem, x)
         usage = step_usage(
-            np.concatenate([self.starts, [h.start for h in boxings]]).astype(int),
-            np.concatenate([self.ends, [h.end for h in boxings]]).astype(int),
+            np.concatenate([table.starts, [h.start for h in boxings]]).astype(int),
+            np.concatenate([table.ends, [h.end for h in boxings]]).astype(int),
             np.concatenate([amounts, [h.bytes for h in boxings]]),
             len(index.names),
         )
         step = int(np.argmax(usage))
-        live = (self.starts <= step) & (step < self.ends)
+        live = (table.starts <= step) & (step < table.ends)
         sums = np.bincount(self.kinds[live], amounts[live], minlength=len(KINDS))
         by_kind = dict(zip(KINDS, sums.tolist()))
         for h in boxings:

@@ -715,6 +715,7 @@ class Gather:
 
     def __init__(self, scopes: Sequence[Tuple[int, ...]], tables: Sequence[np.ndarray]):
         arity = max((len(s) for s in scopes), default=0)
+        tables = [np.ascontiguousarray(t) for t in tables]
         self.flat = np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(0)
         sizes = [t.size for t in tables]
         self.base: np.ndarray = np.cumsum([0] + sizes[:-1]).astype(np.int64)
@@ -730,11 +731,15 @@ class Gather:
 
     @classmethod
     def of_factors(cls, factors: Sequence[Factor]) -> "Gather":
-        return cls([f.vars for f in factors], [np.ascontiguousarray(f.table) for f in factors])
+        return cls([f.vars for f in factors], [f.table for f in factors])
+
+    def entries(self, x: np.ndarray) -> np.ndarray:
+        """Each table's entry at x."""
+        values = np.append(x, 0)[self.vars]
+        return self.flat[self.base + (values * self.strides).sum(axis=1)]
 
     def total(self, x: np.ndarray) -> float:
-        values = np.append(x, 0)[self.vars]
-        return float(self.flat[self.base + (values * self.strides).sum(axis=1)].sum())
+        return float(self.entries(x).sum())
 
 
 def _dedup_tables(

@@ -14,7 +14,7 @@ import numpy as np
 
 from .descend import descent
 from .descent import REL_TOL
-from .memory import MemoryItem, usage_at
+from .memory import MemoryItem
 from .options import SearchOptions
 from .problem import SERIAL, Problem
 
@@ -24,9 +24,8 @@ Assignment = List[int]
 class _Held:
     """What an assignment holds at each step, moved by the changes of a few variables."""
 
-    def __init__(self, items: Sequence[MemoryItem], steps: int, x: Sequence[int]):
-        self.items, self.steps = items, steps
-        self.usage = usage_at(items, x, steps)
+    def __init__(self, items: Sequence[MemoryItem], usage: np.ndarray):
+        self.items, self.steps, self.usage = items, len(usage), usage
         self.of: Dict[int, List[int]] = {}
         for i, item in enumerate(items):
             for v in item.vars:
@@ -51,15 +50,16 @@ def tighten(
     x: Sequence[int],
     limit: float,
     items: Sequence[MemoryItem],
-    steps: int,
+    usage: np.ndarray,
     options: SearchOptions,
 ) -> Assignment:
     """x after unpriced group re-solves and single-variable moves that lower the objective and
     keep the items within `limit`, in up to `options.tighten_passes` passes (until one keeps
-    none). Where x's own items are over `limit` (they bound its exact peak from above, which
-    may meet it), within x's: the caller checks the result's exact peak."""
+    none); `usage`: what x's items hold at each time step. Where x's own items are over `limit`
+    (they bound its exact peak from above, which may meet it), within x's: the caller checks
+    the result's exact peak."""
     x = list(x)
-    held = _Held(items, steps, x)
+    held = _Held(items, usage)
     limit = max(limit, float(held.usage.max(initial=0.0)))
     unpriced = descent(problem, 0.0, SERIAL, options)
     for _ in range(options.tighten_passes):

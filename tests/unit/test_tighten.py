@@ -22,7 +22,7 @@ def test_a_fitted_plan_gets_faster_and_stays_within_the_limit():
     limit = least + 0.3 * (memory.peak(best) - least)
     fitted = fit_memory(problem, best, limit, untightened, SERIAL, memory)
     assert memory.usage(fitted).max() <= limit
-    tight = tighten(problem, fitted, limit, memory.items, memory.steps, SearchOptions())
+    tight = tighten(problem, fitted, limit, memory.items, memory.usage(fitted), SearchOptions())
     assert problem.objective(tight) < problem.objective(fitted)
     assert problem.evaluate(tight).step_time < problem.evaluate(fitted).step_time
     assert memory.usage(tight).max() <= limit
