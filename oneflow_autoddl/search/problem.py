@@ -711,19 +711,25 @@ class Problem:
 
 class Gather:
     """One entry from each of many tables at an assignment, summed: the tables raveled end to
-    end, each entry found by its variables' values times its strides, in one numpy gather."""
+    end (a table that several scopes read, as tied layers' do, once), each entry found by its
+    variables' values times its strides, in one numpy gather."""
 
     def __init__(self, scopes: Sequence[Tuple[int, ...]], tables: Sequence[np.ndarray]):
         arity = max((len(s) for s in scopes), default=0)
-        tables = [np.ascontiguousarray(t) for t in tables]
-        self.flat = np.concatenate([t.ravel() for t in tables]) if tables else np.zeros(0)
-        sizes = [t.size for t in tables]
-        self.base: np.ndarray = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        starts: Dict[int, int] = {}  # id of a table -> where it starts in `flat`
+        kept: List[np.ndarray] = []
+        size = 0
+        for t in tables:
+            if id(t) not in starts:
+                starts[id(t)], size = size, size + t.size
+                kept.append(np.ascontiguousarray(t).ravel())
+        self.flat = np.concatenate(kept) if kept else np.zeros(0)
+        self.base: np.ndarray = np.array([starts[id(t)] for t in tables], dtype=np.int64)
         self.vars: np.ndarray = np.full((len(scopes), arity), -1, dtype=np.int64)  # -1 reads 0
         self.strides: np.ndarray = np.zeros((len(scopes), arity), dtype=np.int64)
         for i, (scope, t) in enumerate(zip(scopes, tables)):
             self.vars[i, : len(scope)] = scope
-            self.strides[i, : len(scope)] = [s // t.itemsize for s in t.strides]
+            self.strides[i, : len(scope)] = _strides(t.shape)
 
     @classmethod
     def of_unary(cls, tables: Sequence[np.ndarray]) -> "Gather":
@@ -740,6 +746,14 @@ class Gather:
 
     def total(self, x: np.ndarray) -> float:
         return float(self.entries(x).sum())
+
+
+def _strides(shape: Tuple[int, ...]) -> List[int]:
+    """The strides, in entries, of a C-ordered table of this shape."""
+    out = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        out[axis] = out[axis + 1] * shape[axis + 1]
+    return out
 
 
 def _dedup_tables(
