@@ -18,7 +18,7 @@ of the module's input size each, held all step on CPU ranks, freed at once elsew
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .cost.memory import Peak, timeline
 from .errors import PlanningError
@@ -92,13 +92,13 @@ def recompute_graph(graph: Graph, scopes: Sequence[str]) -> Graph:
                 f"no forward op of module {scope!r} to recompute: name a module of the graph "
                 f"(e.g. {_example_scope(graph)})"
             )
-        readers = backward_readers(graph, names, forward)
+        readers = backward_readers(graph, names, forward, position)
         if not readers:
             continue
         copies = [_copy(ops[n], names, tensors) for n in members[scope]]
         for name in readers:
             ops[name] = _rewired(ops[name], names, tensors)
-        first = min(readers, key=position.__getitem__)
+        first = readers[0]
         before.setdefault(first, []).extend(c.name for c in copies)
         ops.update({c.name: c for c in copies})
     order = [m for n in graph.ops for m in before.get(n, []) + [n]]
@@ -126,23 +126,25 @@ def _example_scope(graph: Graph) -> str:
     return ", ".join(repr(s) for s in scopes[:3])
 
 
-def backward_readers(graph: Graph, names: Set[str], forward: Set[str]) -> List[str]:
+def backward_readers(
+    graph: Graph, names: Set[str], forward: Set[str], position: Mapping[str, int]
+) -> List[str]:
     """The ops of the backward pass that read an output of the ops `names` (recomputed), in the
-    graph's order."""
+    order of `position` (op -> its place in the graph's order)."""
     found = {
         consumer
         for name in names
         for lbn in graph.op(name).outputs.values()
         for consumer, _ in graph.tensor(lbn).consumers
     }
-    return [
+    kept = [
         name
-        for name in graph.ops
-        if name in found
-        and name not in forward
+        for name in found
+        if name not in forward
         and graph.op(name).role in ("forward", "backward")
         and not name.startswith(PREFIX)
     ]
+    return sorted(kept, key=position.__getitem__)
 
 
 def _fake_lbn(lbn: str) -> str:

@@ -340,7 +340,7 @@ def recompute_items(
     reuse = problem.model.cluster.reuses_memory
     forward = forward_pass(graph)
     names = set(recomputed_ops(graph, scope, forward))
-    readers = backward_readers(graph, names, forward)
+    readers = backward_readers(graph, names, forward, steps)
     if not readers:
         return [], []
     start = min(steps[r] for r in readers)
