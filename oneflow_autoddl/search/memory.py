@@ -19,7 +19,7 @@ only add bytes.
 
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -232,7 +232,7 @@ class PeakIndex:
     def __init__(self, problem: Problem):
         self.timeline = TimelineIndex(problem.graph, problem.model.cluster.reuses_memory)
         self.own = own = _own_items(problem, self.timeline.spans)
-        self.boxings: Dict[Tuple[int, Tuple[int, ...]], List[Held]] = {}  # see `_boxings`
+        self.boxings: Dict[Tuple[int, Hashable], List[Held]] = {}  # see `_boxings`
         self.table = ItemTable(own)
         self.kinds: np.ndarray = np.array([KINDS.index(item.kind) for item in own], dtype=int)
 

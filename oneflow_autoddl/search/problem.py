@@ -17,11 +17,13 @@ is always exact.
 import logging
 import math
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import (
     TYPE_CHECKING,
     AbstractSet,
     Dict,
     FrozenSet,
+    Hashable,
     List,
     Optional,
     Sequence,
@@ -172,9 +174,8 @@ class Problem:
             self._vars_of.append(tuple(sorted({v for v, _ in ends_at})))
             for v in sorted({v for v, u in ends_at if u == self.var_units[v][0]}):
                 self._tensors_of[v].append(i)
-        self._transfer_memo: Dict[
-            Tuple[int, Tuple[int, ...]], Tuple[Transfer, AbstractSet[str]]
-        ] = {}
+        self._choices_of = [itemgetter(*vars_) for vars_ in self._vars_of]  # see choices_at
+        self._transfer_memo: Dict[Tuple[int, Hashable], Tuple[Transfer, AbstractSet[str]]] = {}
         self._evaluated: Dict[Tuple[int, ...], Breakdown] = {}
         self._around: Dict[int, Tuple[int, ...]] = {}
         # search.memory's boxing blob bytes, by (SBPs, shape, dtype)
@@ -575,9 +576,10 @@ class Problem:
         a, b = self._sbp_of_id[src], self._sbp_of_id[dst]
         return self.model.transfer(a, b, t.shape, t.dtype).bytes
 
-    def choices_at(self, i: int, x: Sequence[int]) -> Tuple[int, ...]:
-        """The choices of x that tensor i's boxing depends on: its producer's and consumers'."""
-        return tuple(x[v] for v in self._vars_of[i])
+    def choices_at(self, i: int, x: Sequence[int]) -> Hashable:
+        """The choices of x that tensor i's boxing depends on, its producer's and consumers': a
+        key to memoise what depends on them only."""
+        return self._choices_of[i](x)
 
     def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, AbstractSet[str]]:
         """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
