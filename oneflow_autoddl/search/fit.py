@@ -23,7 +23,7 @@ from .descend import descend, sweep
 from .executor import Executor
 from .memory import ItemTable, MemoryItem, memory_items, peak_memory
 from .options import SearchOptions
-from .prices import StepPrices, lower_bound, step_prices
+from .prices import SharedUsage, StepPrices, lower_bound, step_prices
 from .problem import Price, Problem
 from .select import pick, refine
 from .tighten import tighten
@@ -46,6 +46,7 @@ class Memory:
         self.items: List[MemoryItem] = memory_items(problem)
         self.steps = max((item.end for item in self.items), default=0)
         self.table = ItemTable(self.items)
+        self.shared = SharedUsage(self.items)
 
     def usage(self, x: Sequence[int]) -> np.ndarray:
         """Bytes held at each step as the items count them (a bound: see search.memory)."""
@@ -68,7 +69,7 @@ class Memory:
     def prices(self, per_step: np.ndarray) -> StepPrices:
         p = self.problem
         factor_vars = [f.vars for f in p.factors]
-        return step_prices(self.items, list(p.domain), per_step, factor_vars, p.factors_of)
+        return step_prices(self.shared, list(p.domain), per_step, factor_vars, p.factors_of)
 
 
 def check_fits(problem: Problem, limit: float, memory: Optional[Memory] = None) -> None:

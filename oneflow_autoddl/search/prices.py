@@ -36,8 +36,40 @@ class StepPrices:
         return f"StepPrices(scale={self.scale:.3g})"
 
 
+class SharedUsage:
+    """Memory items grouped by the usage table they hold (tied layers' items share theirs), to
+    be priced at many step prices: a group costs its table once, times the sum of the prices
+    over its items' spans."""
+
+    def __init__(self, items: Sequence["MemoryItem"]):
+        keys: Dict[Tuple[Tuple[int, ...], int], int] = {}  # -> its group
+        self.first: List[MemoryItem] = []  # each group's first item
+        group = []
+        for item in items:
+            key = (item.vars, id(item.usage))
+            if key not in keys:
+                keys[key] = len(self.first)
+                self.first.append(item)
+            group.append(keys[key])
+        self.group: np.ndarray = np.array(group, dtype=int)
+        self.starts: np.ndarray = np.array([item.start for item in items], dtype=int)
+        self.ends: np.ndarray = np.array([item.end for item in items], dtype=int)
+
+    def weighed(self, through: np.ndarray) -> List[Tuple["MemoryItem", float]]:
+        """Each group with a positive weight, the sum of `through`'s differences over its items'
+        spans (`through[t]`: the prices of steps before t), in the order of its first item with
+        a positive one; sums added up item by item, as a loop over the items would."""
+        weight = through[self.ends] - through[self.starts]
+        positive = np.flatnonzero(weight > 0)
+        groups = self.group[positive]
+        sums = np.bincount(groups, weight[positive], minlength=len(self.first))
+        _, first = np.unique(groups, return_index=True)
+        order = groups[np.sort(first)]
+        return [(self.first[g], float(sums[g])) for g in order.tolist()]
+
+
 def step_prices(
-    items: Sequence["MemoryItem"],
+    items: SharedUsage,
     domain: Sequence[int],
     prices: np.ndarray,
     factor_vars: Sequence[Tuple[int, ...]] = (),
@@ -48,7 +80,7 @@ def step_prices(
     through = np.concatenate([[0.0], np.cumsum(prices)])
     extra = [np.zeros(int(d)) for d in domain]
     joint: Dict[int, np.ndarray] = {}
-    for item, weight in _weighed(items, through):
+    for item, weight in items.weighed(through):
         if len(item.vars) == 1:
             extra[item.vars[0]] += weight * item.usage
             continue
@@ -59,22 +91,6 @@ def step_prices(
         table = _spread(item, factor_vars[f], domain) * weight
         joint[f] = joint[f] + table if f in joint else table
     return StepPrices(extra, joint, float(through[-1]))
-
-
-def _weighed(
-    items: Sequence["MemoryItem"], through: np.ndarray
-) -> List[Tuple["MemoryItem", float]]:
-    """Each distinct usage table once (tied layers' items share theirs), with the sum of the
-    prices over the spans of the items holding it, where positive."""
-    weights: Dict[Tuple[Tuple[int, ...], int], float] = {}
-    first: Dict[Tuple[Tuple[int, ...], int], MemoryItem] = {}
-    for item in items:
-        weight = float(through[item.end] - through[item.start])
-        if weight > 0:
-            key = (item.vars, id(item.usage))
-            weights[key] = weights.get(key, 0.0) + weight
-            first.setdefault(key, item)
-    return [(first[key], weight) for key, weight in weights.items()]
 
 
 def _covering(
