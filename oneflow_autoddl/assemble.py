@@ -13,7 +13,7 @@ from .cost.compute import blob_bytes
 from .mesh import format_mesh
 from .plan import OpEntry, Plan, Predicted, signature_texts
 from .rules import update_of
-from .sbp import format_nd
+from .sbp import Signature, format_nd
 from .search.memory import peak_memory
 from .search.problem import Breakdown, Problem
 from .search.units import NO_RULE, Unit
@@ -35,6 +35,7 @@ def assemble(
     detail = p.evaluate(x)
     comm = detail.op_comm(g)
     ops, unplanned, variables, var_shapes, var_bytes = {}, {}, {}, {}, {}
+    texts: Dict[Signature, Dict[str, str]] = {}  # tied ops share their signatures
     for unit in p.units:
         for name in unit.ops:
             op = g.op(name)
@@ -42,9 +43,11 @@ def assemble(
             if unit.fixed is not None and (not everything or op.role in ("io", "system")):
                 unplanned[name] = {"type": op.type, "reason": unit.fixed}
                 continue
+            if sig not in texts:
+                texts[sig] = signature_texts(sig)
             ops[name] = OpEntry(
                 op.type,
-                signature_texts(sig),
+                dict(texts[sig]),
                 {bn: list(g.shape(op, bn)) for bn in op.bns},
                 list(op.inputs),
                 detail.op_compute.get(name, 0.0),
