@@ -124,12 +124,10 @@ def half_ops(graph: Graph) -> Set[str]:
 
     allowed = {n for n, op in graph.ops.items() if op.outputs}
     upstream_black_gray: Set[str] = set()
-    edges.sweep(True, lambda n: listed(BLACK | GRAY)(n), listed(CLEAR), upstream_black_gray)
+    edges.sweep(True, listed(BLACK | GRAY), listed(CLEAR), upstream_black_gray)
     black: Set[str] = set()
     edges.sweep(False, listed(BLACK), lambda n: n in upstream_black_gray, black)
-
-    def gray_or_clear(n):
-        return graph.op(n).type in GRAY | CLEAR
+    gray_or_clear = listed(GRAY | CLEAR)
 
     upstream_white: Set[str] = set()
     edges.sweep(
