@@ -197,11 +197,6 @@ def _sbp_ids(problem: Problem, e: Endpoint, vocab: Dict[tuple, int]) -> np.ndarr
     )
 
 
-def usage_at(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> np.ndarray:
-    """Bytes held at each time step under assignment x."""
-    return ItemTable(items).usage(x, steps)
-
-
 class ItemTable:
     """Memory items laid out to be read at many assignments: each one's bytes at x in one numpy
     gather (search.problem.Gather), with their spans."""
@@ -216,10 +211,6 @@ class ItemTable:
 
     def usage(self, x: Sequence[int], steps: int) -> np.ndarray:
         return step_usage(self.starts, self.ends, self.amounts(x), steps)
-
-
-def peak_of(items: Sequence[MemoryItem], x: Sequence[int], steps: int) -> float:
-    return float(usage_at(items, x, steps).max()) if steps else 0.0
 
 
 class PeakIndex:

@@ -86,7 +86,7 @@ def test_the_items_of_a_recomputed_module_give_the_recomputed_timelines_peak(gpt
     steps: exact for data parallel here, within 16% for the other plans (boxing spans bound,
     a boxing shared by consumers costed in runs counted once a run, copies read only by copies
     left out)."""
-    from oneflow_autoddl.search.memory import memory_items, peak_of, recompute_items
+    from oneflow_autoddl.search.memory import ItemTable, memory_items, recompute_items
 
     g = gpt if cluster == "dgx-a100" else build_gpt(2, 32, 4, 8, 64, 8, (2, 2), device="cpu")
     problem = build_problem(g, load_cluster(cluster))
@@ -99,7 +99,7 @@ def test_the_items_of_a_recomputed_module_give_the_recomputed_timelines_peak(gpt
     for name, seed in baselines.BASELINES.items():
         x = seed(problem)
         exact = recompute_delta(problem, BLOCKS, x).peak_after.bytes
-        found = peak_of(swapped, x, len(g.ops))
+        found = float(ItemTable(swapped).usage(x, len(g.ops)).max())
         if name == "data_parallel":
             assert found == exact
         assert found == pytest.approx(exact, rel=0.16), name
