@@ -335,6 +335,13 @@ def same_sbp_inputs(op: Op) -> Tuple[str, ...]:
     return tuple(bn for bn in r.same_sbp if bn in op.inputs) if r else ()
 
 
+def reads_same_sbp(op: Op, bn: str) -> bool:
+    """Whether `bn` is an input of `op` that must take its producer's SBP unchanged
+    (`bn in same_sbp_inputs(op)`, without building the tuple: asked for every blob of a graph)."""
+    r = _RULES.get(op.type)
+    return r is not None and bn in r.same_sbp and bn in op.inputs
+
+
 def all_broadcast(op: Op, ndim: int) -> Signature:
     nd: NdSbp = (B,) * ndim
     return Signature({bn: nd for bn in op.bns})

@@ -39,7 +39,7 @@ from ..cost.memory import Peak
 from ..cost.model import INFEASIBLE, CostModel, Transfer
 from ..cost.schedule import Scheduler
 from ..ir import Graph, Tensor
-from ..rules import same_sbp_inputs
+from ..rules import reads_same_sbp
 from ..sbp import NdSbp, Signature
 from .eliminate import Factor
 from .prices import StepPrices
@@ -248,9 +248,7 @@ class Problem:
     # -- tensors and factors -----------------------------------------------------------------
     def _endpoint(self, op_name: str, bn: str) -> Endpoint:
         u, pos = self.unit_of[op_name]
-        return Endpoint(
-            self.var_of_unit[u], u, pos, bn, bn in same_sbp_inputs(self.graph.op(op_name))
-        )
+        return Endpoint(self.var_of_unit[u], u, pos, bn, reads_same_sbp(self.graph.op(op_name), bn))
 
     def _make_ends(self) -> None:
         self.ends: List[TensorEnds] = []
