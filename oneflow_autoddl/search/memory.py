@@ -17,9 +17,8 @@ its boxing factor is), which can count a boxing that consumers in two runs share
 only add bytes.
 """
 
-from dataclasses import dataclass, replace
 from functools import partial
-from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Dict, Hashable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,8 +43,7 @@ from ..sbp import NdSbp
 from .problem import Endpoint, Gather, Problem, TensorEnds
 
 
-@dataclass(frozen=True)
-class MemoryItem:
+class MemoryItem(NamedTuple):
     vars: Tuple[int, ...]  # the variables the bytes depend on (distinct)
     usage: np.ndarray  # bytes per device, one axis per variable in `vars`, over its candidates
     start: int  # first time step it is held
@@ -341,20 +339,20 @@ def recompute_items(
         if item.name.endswith("/workspace"):
             if item.name[: -len("/workspace")] in names:
                 span = (start, start + 1) if reuse else (item.start, item.end)
-                added.append(replace(item, start=span[0], end=span[1], name=PREFIX + item.name))
+                added.append(item._replace(start=span[0], end=span[1], name=PREFIX + item.name))
             continue
         t = graph.tensors.get(item.name.split("->")[0])
         if t is None or t.producer not in names:
             continue
         if not reuse:
-            added.append(replace(item, name=PREFIX + item.name))
+            added.append(item._replace(name=PREFIX + item.name))
             continue
         late = [steps[c] for c, _ in t.consumers if c not in forward and c not in names]
         early = [steps[c] for c, _ in t.consumers if c in forward]
         end = max([steps[t.producer]] + early) + 1
         if end < item.end:
             removed.append(item)
-            added.append(replace(item, end=end))
+            added.append(item._replace(end=end))
         if late:
-            added.append(replace(item, start=start, end=max(late) + 1, name=PREFIX + item.name))
+            added.append(item._replace(start=start, end=max(late) + 1, name=PREFIX + item.name))
     return removed, added
