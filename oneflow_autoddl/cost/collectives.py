@@ -6,6 +6,7 @@ sends, the quantity the OneFlow CPU runtime lets us measure exactly.
 """
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from .cluster import Link
 
@@ -32,6 +33,18 @@ class Transfer:
 
 
 FREE = Transfer(0.0, 0.0)
+
+
+def added(transfers: Iterable[Transfer]) -> Transfer:
+    """The transfers one after another: each field added up in their order, as `+` would, with
+    one Transfer made (a plan's costing adds up thousands)."""
+    sent = time = latency = inter_node = 0.0
+    for tr in transfers:
+        sent += tr.bytes
+        time += tr.time
+        latency += tr.latency
+        inter_node += tr.inter_node_bytes
+    return Transfer(sent, time, latency, inter_node)
 
 
 def ring(steps: int, sent: float, link: Link) -> Transfer:

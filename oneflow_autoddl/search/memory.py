@@ -251,7 +251,7 @@ class PeakIndex:
         signature = partial(problem.signature, x=x)
         out: List[Held] = []
         for i in problem.boxed_tensors(x):
-            key = (int(i), problem.choices_at(i, x))
+            key = (i, problem.choices_at(i, x))
             if key not in self.boxings:
                 lbn = problem.ends[i].tensor.lbn
                 self.boxings[key] = self.timeline.boxing_held(signature, problem.model, {lbn})

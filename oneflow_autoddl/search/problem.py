@@ -35,6 +35,7 @@ from typing import (
 import numpy as np
 
 from ..cost.cluster import Cluster
+from ..cost.collectives import added
 from ..cost.memory import Peak
 from ..cost.model import INFEASIBLE, CostModel, Transfer
 from ..cost.schedule import Scheduler
@@ -659,7 +660,7 @@ class Problem:
         """The tensors some consumer reads in another SBP, or on another placement, under x."""
         return {self.ends[i].tensor.lbn for i in self.boxed_tensors(x)}
 
-    def boxed_tensors(self, x: Sequence[int]) -> np.ndarray:
+    def boxed_tensors(self, x: Sequence[int]) -> List[int]:
         """Indices into self.ends of the tensors some consumer reads in another SBP, or on another
         placement."""
         ids, p_start, p_var, c_start, c_var, c_tensor, remote = self._ends_index
@@ -667,7 +668,7 @@ class Problem:
         src = ids[p_start + xa[p_var]]
         differs = remote.copy()
         differs[c_tensor[ids[c_start + xa[c_var]] != src[c_tensor]]] = True
-        return np.flatnonzero(differs)
+        return np.flatnonzero(differs).tolist()
 
     def _tensor_transfer(
         self, ends: TensorEnds, x: Sequence[int]
@@ -685,12 +686,9 @@ class Problem:
                 return Transfer(float("inf"), INFEASIBLE), everyone
             elif dst not in targets:
                 targets.append(dst)
-        total = Transfer(0.0, 0.0)
-        for dst in targets:
-            total = total + self.model.transfer(src, dst, t.shape, t.dtype)
-        for _ in range(ends.remote):
-            total = total + self.model.remote_transfer(src, t.shape, t.dtype)
-        return total, everyone - unboxed
+        moves = [self.model.transfer(src, dst, t.shape, t.dtype) for dst in targets]
+        moves += [self.model.remote_transfer(src, t.shape, t.dtype)] * ends.remote
+        return added(moves), everyone - unboxed
 
     def assignment_of(self, signatures: Dict[str, Signature]) -> Optional[List[int]]:
         """The variable assignment realising per-op signatures (None if some op cannot take its)."""
