@@ -72,6 +72,7 @@ class Weights:
 
 SERIAL = Weights()
 Price = Union[float, StepPrices]  # of memory: per byte across the step, or per time step
+TensorFactors = List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]]  # (vars, time, latency)
 
 
 @dataclass
@@ -152,9 +153,12 @@ class Problem:
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()
-        self.factors, self._latency = (
-            self._make_factors()
-        )  # boxing time tables, and their latency part
+        # tensors alike (tied layers': same ends, shape and dtype) share a class, and so their
+        # boxing tables and, at the same choices, their moves
+        classes: Dict[tuple, int] = {}
+        self._class_of = [classes.setdefault(self._tensor_key(e), len(classes)) for e in self.ends]
+        self.factors, self._latency = self._make_factors(len(classes))  # time, its latency part
+        self._moves_memo: Dict[Tuple[int, Hashable], Tuple[Transfer, Optional[FrozenSet[int]]]] = {}
         self._weighted: Dict[Weights, List[Factor]] = {SERIAL: self.factors}
         self._priced_tables: Dict[tuple, List[Factor]] = {}
         self.scheduler = Scheduler(graph)
@@ -285,14 +289,14 @@ class Problem:
             [vocab.setdefault(self.sbp_at(e, k), len(vocab)) for k in range(self.domain[e.var])]
         )
 
-    def _make_factors(self) -> Tuple[List[Factor], List[np.ndarray]]:
+    def _make_factors(self, classes: int) -> Tuple[List[Factor], List[np.ndarray]]:
         acc: Dict[Tuple[int, ...], Tuple[np.ndarray, np.ndarray]] = {}
-        memo: Dict[tuple, List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]]] = {}
-        for ends in self.ends:
-            key = (self._ends_key(ends), ends.tensor.shape, ends.tensor.dtype)
-            if key not in memo:
-                memo[key] = self._tensor_factors(ends)
-            for vars_, table, latency in memo[key]:
+        memo: List[Optional[TensorFactors]] = [None] * classes
+        for ends, c in zip(self.ends, self._class_of):
+            found = memo[c]
+            if found is None:
+                found = memo[c] = self._tensor_factors(ends)
+            for vars_, table, latency in found:
                 if vars_ in acc:
                     acc[vars_] = (acc[vars_][0] + table, acc[vars_][1] + latency)
                 else:
@@ -301,15 +305,11 @@ class Problem:
         return [Factor(v, t) for v, t, _ in kept], [lat for _, _, lat in kept]
 
     @staticmethod
-    def _ends_key(ends: TensorEnds) -> tuple:
-        return (
-            ends.remote,
-            tuple((e.var, e.pos, e.bn, e.strict) for e in [ends.producer] + ends.consumers),
-        )
+    def _tensor_key(ends: TensorEnds) -> tuple:
+        endpoints = tuple((e.var, e.pos, e.bn, e.strict) for e in [ends.producer] + ends.consumers)
+        return ends.remote, endpoints, ends.tensor.shape, ends.tensor.dtype
 
-    def _tensor_factors(
-        self, ends: TensorEnds
-    ) -> List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]]:
+    def _tensor_factors(self, ends: TensorEnds) -> TensorFactors:
         """(variables, boxing time table, its latency part) of one tensor."""
         t, p = ends.tensor, ends.producer
         vocab: Dict[NdSbp, int] = {}
@@ -318,7 +318,7 @@ class Problem:
         sbps = tuple(sorted(vocab, key=lambda nd: vocab[nd]))
         box, box_latency = self._boxing_tables(sbps, t.shape, t.dtype)
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
-        out: List[Tuple[Tuple[int, ...], np.ndarray, np.ndarray]] = []
+        out: TensorFactors = []
         if ends.remote:
             remote = [
                 self.model.remote_transfer(self.sbp_at(p, k), t.shape, t.dtype)
@@ -538,7 +538,7 @@ class Problem:
         return total * len(self.var_units[var])
 
     def _bytes_row(self, ends: TensorEnds, x: Sequence[int], var: int) -> np.ndarray:
-        """The bytes of one tensor's boxings (as _tensor_transfer sums them) with `var` set to each
+        """The bytes of one tensor's boxings (as _moves sums them) with `var` set to each
         of its candidates, over SBP ids: the moves to fewer bytes weigh every candidate of every
         variable, each through every tensor around it."""
         domain = int(self.domain[var])
@@ -581,12 +581,26 @@ class Problem:
         return self._choices_of[i](x)
 
     def _transfer_of(self, i: int, x: Sequence[int]) -> Tuple[Transfer, AbstractSet[str]]:
-        """_tensor_transfer of tensor i, memoised on the choices of the variables at its ends
-        (the final picks weigh many assignments one variable apart)."""
+        """Tensor i's boxing under x and the consumers that read it through it (on another
+        placement, or in another SBP than its producer's), memoised on the choices of the
+        variables at its ends (the final picks weigh many assignments one variable apart); its
+        moves are its class's at those choices."""
         key = (i, self.choices_at(i, x))
-        if key not in self._transfer_memo:
-            self._transfer_memo[key] = self._tensor_transfer(self.ends[i], x)
-        return self._transfer_memo[key]
+        found = self._transfer_memo.get(key)
+        if found is None:
+            shared = (self._class_of[i], key[1])
+            if shared not in self._moves_memo:
+                self._moves_memo[shared] = self._moves(self.ends[i], x)
+            moves, unboxed = self._moves_memo[shared]
+            found = self._transfer_memo[key] = (moves, self._boxed_readers(self.ends[i], unboxed))
+        return found
+
+    def _boxed_readers(self, ends: TensorEnds, unboxed: Optional[FrozenSet[int]]) -> FrozenSet[str]:
+        """The readers of the tensor but the consumers at positions `unboxed` (all: None)."""
+        if not unboxed:
+            return ends.readers
+        c = ends.consumers
+        return ends.readers - {self.units[c[k].unit].ops[c[k].pos] for k in unboxed}
 
     def evaluate(self, x: Sequence[int]) -> Breakdown:
         """Exact step time, bytes and memory per device of assignment `x` (memoised: the search
@@ -670,25 +684,26 @@ class Problem:
         differs[c_tensor[ids[c_start + xa[c_var]] != src[c_tensor]]] = True
         return np.flatnonzero(differs).tolist()
 
-    def _tensor_transfer(
+    def _moves(
         self, ends: TensorEnds, x: Sequence[int]
-    ) -> Tuple[Transfer, AbstractSet[str]]:
-        """One tensor's boxing under x, and the consumers that read it through it (on another
-        placement, or in another SBP than its producer's)."""
-        t, everyone = ends.tensor, ends.readers
+    ) -> Tuple[Transfer, Optional[FrozenSet[int]]]:
+        """One tensor's boxing under x (a move to each distinct SBP its consumers take it in,
+        a copy to each other placement), and the positions of the consumers that take it as
+        produced (None where a strict consumer cannot: infeasible)."""
+        t = ends.tensor
         src = self.sbp_at(ends.producer, x[ends.producer.var])
         targets, unboxed = [], set()
-        for c in ends.consumers:
+        for k, c in enumerate(ends.consumers):
             dst = self.sbp_at(c, x[c.var])
             if dst == src:
-                unboxed.add(self.units[c.unit].ops[c.pos])
+                unboxed.add(k)
             elif c.strict:
-                return Transfer(float("inf"), INFEASIBLE), everyone
+                return Transfer(float("inf"), INFEASIBLE), None
             elif dst not in targets:
                 targets.append(dst)
         moves = [self.model.transfer(src, dst, t.shape, t.dtype) for dst in targets]
         moves += [self.model.remote_transfer(src, t.shape, t.dtype)] * ends.remote
-        return added(moves), everyone - unboxed
+        return added(moves), frozenset(unboxed)
 
     def assignment_of(self, signatures: Dict[str, Signature]) -> Optional[List[int]]:
         """The variable assignment realising per-op signatures (None if some op cannot take its)."""
