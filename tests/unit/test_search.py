@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from oneflow_autoddl.cost.cluster import load_cluster
+from oneflow_autoddl.cost.collectives import Transfer
 from oneflow_autoddl.cost.model import INFEASIBLE, CostModel
 from oneflow_autoddl.models import build_gpt, build_vgg
 from oneflow_autoddl.planner import flat_seed, plan, search
@@ -615,3 +616,37 @@ def test_the_last_pick_trades_no_time_for_bytes_against_an_expert_that_fits():
     expert, fitted = [0], [1]
     assert pick(Plans(), [fitted, expert], 0.0, SearchOptions()) == fitted  # the bytes tie
     assert _fastest_fitting(Plans(), fitted, [expert], 2.0, Room(), SearchOptions()) == expert
+
+
+@pytest.mark.parametrize("mesh", [(4,), (2, 2)])
+def test_tied_layers_cost_as_the_same_layers_untied(mesh):
+    """Tied layers share their boxing tables and, at the same choices, their moves (one class of
+    tensors alike): a plan of the tied problem is costed exactly as the same signatures in the
+    untied problem (step, bytes), and each tensor of the main placement boxes as the cost model
+    prices its moves from its producer's SBP to each other SBP its consumers read it in, on the
+    experts' plans and on random ones."""
+    g = build_gpt(3, 32, 4, 8, 64, 8, mesh, device="cpu")
+    tied, untied = (build_problem(g, load_cluster("dgx-a100"), tie=t) for t in (True, False))
+    assert len(tied.domain) < len(untied.domain)
+    rng = np.random.default_rng(0)
+    plans = [plan(tied) for plan in baselines.BASELINES.values()]
+    plans += [[int(rng.integers(n)) for n in tied.domain] for _ in range(12)]
+    main = g.main_placement()
+    for x in plans:
+        y = untied.assignment_of({name: tied.signature(name, x) for name in g.ops})
+        assert y is not None
+        a, b = tied.evaluate(x), untied.evaluate(y)
+        assert (a.step_time, a.bytes_per_device) == (b.step_time, b.bytes_per_device)
+        if a.step_time >= INFEASIBLE:
+            continue  # a move OneFlow cannot make: no costs to compare
+        for t in g.tensors.values():
+            readers = [(c, ibn) for c, ibn in t.consumers]
+            if g.op(t.producer).placement != main or any(
+                g.op(c).placement != main for c, _ in readers
+            ):
+                continue
+            src = tied.signature(t.producer, x)[t.obn]
+            dsts = {tied.signature(c, x)[ibn] for c, ibn in readers} - {src}
+            moves = [tied.model.transfer(src, d, t.shape, t.dtype) for d in dsts]
+            expected = sum(m.bytes for m in moves)
+            assert a.tensor_comm.get(t.lbn, Transfer(0.0, 0.0)).bytes == pytest.approx(expected)
