@@ -35,7 +35,6 @@ from ..cost.memory import (
     step_order,
     step_usage,
     tensor_bytes,
-    timeline,
     workspace_bytes,
 )
 from ..ir import DTYPE_BYTES
@@ -266,13 +265,10 @@ def peak_index(problem: Problem) -> PeakIndex:
     return problem.peak_index
 
 
-def peak_memory(problem: Problem, x: Sequence[int], order: Optional[Sequence[str]] = None) -> Peak:
-    """The peak of assignment x's timeline (cost.memory), exact where the items bound; in the
-    problem's order, computed once per assignment (the search, the planner and the report ask
-    for the same plans' peaks) through the problem's PeakIndex."""
-    if order is not None:
-        signature, boxed = partial(problem.signature, x=x), problem.boxed_lbns(x)
-        return timeline(problem.graph, signature, problem.model, order, None, boxed).peak()
+def peak_memory(problem: Problem, x: Sequence[int]) -> Peak:
+    """The peak of assignment x's timeline (cost.memory) in the graph's order, exact where the
+    items bound; computed once per assignment (the search, the planner and the report ask for
+    the same plans' peaks) through the problem's PeakIndex."""
     key = tuple(x)
     if key not in problem.peaks:
         problem.peaks[key] = peak_index(problem).peak(problem, x)
