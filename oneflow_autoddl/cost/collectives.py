@@ -21,12 +21,7 @@ class Transfer:
     inter_node_bytes: float = 0.0  # sent to devices on other nodes, as the links carry them
 
     def __add__(self, other: "Transfer") -> "Transfer":
-        return Transfer(
-            self.bytes + other.bytes,
-            self.time + other.time,
-            self.latency + other.latency,
-            self.inter_node_bytes + other.inter_node_bytes,
-        )
+        return added((self, other))
 
     def scaled(self, k: float) -> "Transfer":
         return Transfer(self.bytes * k, self.time * k, self.latency * k, self.inter_node_bytes * k)
@@ -36,8 +31,8 @@ FREE = Transfer(0.0, 0.0)
 
 
 def added(transfers: Iterable[Transfer]) -> Transfer:
-    """The transfers one after another: each field added up in their order, as `+` would, with
-    one Transfer made (a plan's costing adds up thousands)."""
+    """The transfers one after another: each field added up in their order, with one Transfer
+    made (a plan's costing adds up thousands)."""
     sent = time = latency = inter_node = 0.0
     for tr in transfers:
         sent += tr.bytes
