@@ -15,6 +15,7 @@ from typing import List, Optional
 
 from .cost.cluster import PRESET_DIR, load_cluster, preset_names
 from .errors import AutoDDLError, ConfigError, GraphError
+from .gc_pause import gc_paused
 from .mesh import parse_mesh
 from .planner import STRATEGIES, plan
 from .report import op_table, parameter_table, summary, transfer_table
@@ -101,7 +102,10 @@ def _read_job_file(path: str):
         return read_job(f.read())
 
 
+@gc_paused()
 def _plan(args) -> int:
+    """The plan command: builds, plans and prints with Python's cyclic collector paused, as
+    planner.plan pauses it (oneflow_autoddl.gc_pause); the command's objects die with it."""
     cluster = load_cluster(args.cluster)
     graph = _precision(_graph(args), args.dtype)
     memory = (

@@ -24,6 +24,7 @@ from .assemble import assemble
 from .cost.cluster import Cluster, load_cluster
 from .cost.memory import least_peak
 from .errors import PlanningError
+from .gc_pause import gc_paused
 from .ir import CHECKPOINT_COPY_PREFIX, Graph
 from .plan import Plan
 from .recompute import recompute_graph
@@ -52,6 +53,7 @@ BOUND_SLACK = 1.2  # the memory items' peak over the exact one, at most (search.
 Assignment = List[int]
 
 
+@gc_paused()
 def plan(
     graph: Graph,
     cluster: Union[Cluster, str],
@@ -67,7 +69,8 @@ def plan(
     `memory_limit` is bytes per device, the cluster's device memory by default (math.inf:
     no limit). `hold` names ops that keep the signature OneFlow gave them, with the reason.
     `strategy` "autoddl" searches; a baseline name (data_parallel, megatron, zero) returns
-    that expert plan as is, for comparisons on real ranks.
+    that expert plan as is, for comparisons on real ranks. Python's cyclic collector is paused
+    meanwhile (oneflow_autoddl.gc_pause).
     """
     if strategy not in STRATEGIES:
         raise PlanningError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")

@@ -27,6 +27,7 @@ from ..cache import PlanCache, plan_key
 from ..cost.cluster import Cluster, check_launch, load_cluster
 from ..cost.model import CostModel
 from ..errors import ConfigError
+from ..gc_pause import gc_paused
 from ..ir import Graph
 from ..plan import Plan, PlanMismatch
 from ..planner import STRATEGIES, describe
@@ -344,15 +345,16 @@ def _compile(self, *args, **kwargs):
         from .recompute import retrace
         from .writeback import write_plan
 
-        ir = read_job(job)
-        plan = _obtain_plan(self, ir, settings)
-        if plan.recompute:
-            job, eager_outputs = _trace(
-                self, lambda: retrace(self, plan.recompute, *args, **kwargs)
-            )
-            carried = _from_rank0(lambda: _carried(self, ir, job, plan, settings).to_dict())
-            plan = Plan.from_dict(carried)
-        planned = write_plan(job, plan)
+        with gc_paused():  # as planner.plan, reading the Job and writing the plan back too
+            ir = read_job(job)
+            plan = _obtain_plan(self, ir, settings)
+            if plan.recompute:
+                job, eager_outputs = _trace(
+                    self, lambda: retrace(self, plan.recompute, *args, **kwargs)
+                )
+                carried = _from_rank0(lambda: _carried(self, ir, job, plan, settings).to_dict())
+                plan = Plan.from_dict(carried)
+            planned = write_plan(job, plan)
     except Exception as e:  # a plan we cannot make must never stop training
         _fallback(self, f"planning failed ({type(e).__name__}: {e})")
         self.finish_complie_and_init_runtime()

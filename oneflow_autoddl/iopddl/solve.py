@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..gc_pause import gc_paused
 from ..search.descent import Descent
 from ..search.factors import FactorGraph, Price
 from ..search.memory import MemoryItem
@@ -331,8 +332,10 @@ class Search:
         return kicks
 
 
+@gc_paused()
 def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
-    """The cheapest assignment found by `deadline` (time.monotonic()) that fits the limit."""
+    """The cheapest assignment found by `deadline` (time.monotonic()) that fits the limit; Python's
+    cyclic collector paused meanwhile, as planner.plan pauses it (oneflow_autoddl.gc_pause)."""
     limit = math.inf if instance.usage_limit is None else float(instance.usage_limit)
     try:
         reduction = Reduction(instance)

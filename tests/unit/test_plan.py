@@ -92,3 +92,33 @@ def test_tables_name_every_parameter_and_compare_the_baselines():
 def test_describe_costs_a_graph_as_given():
     d = describe(mlp(), "cpu-local")
     assert d.predicted.step_time_s > 0 and "m.fc1-matmul-2" in d.ops and "x" in d.unplanned_ops
+
+
+def test_planning_pauses_the_cyclic_collector_and_restores_it(monkeypatch):
+    """The collector is off while the search runs, and after planning as it was before, even
+    when planning fails."""
+    import gc
+
+    from oneflow_autoddl import planner
+
+    seen = []
+    build = planner.build_problem
+
+    def recording(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "build_problem", recording)
+    was_on = gc.isenabled()
+    try:
+        gc.enable()
+        plan(mlp(), "cpu-local")
+        assert seen and not any(seen) and gc.isenabled()
+        with pytest.raises(Exception, match="unknown strategy"):
+            plan(mlp(), "cpu-local", strategy="pipeline")
+        assert gc.isenabled()
+        gc.disable()
+        plan(mlp(), "cpu-local")
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was_on else gc.disable)()
