@@ -10,11 +10,12 @@ A problem without module scopes (search.factors.FactorGraph) brings its own grou
 """
 
 import logging
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from operator import itemgetter
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
-from .eliminate import MAX_ENTRIES, Factor, Program, condition, elimination_width
+from .eliminate import MAX_ENTRIES, Factor, Program, elimination_width
 from .factors import FactorGraph
 from .problem import SERIAL, Price, Problem, Weights
 
@@ -63,6 +64,32 @@ def neighbour_groups(problem: Union[Problem, FactorGraph]) -> List[List[int]]:
     return groups
 
 
+class Touching(NamedTuple):
+    """A factor touching a group, as a solve of the group reads it: `at` gives the index of the
+    factor's entry at a plan; `held_first` is its table with the axes of the variables outside
+    the group first, so that indexing it with their values (`held`; None where every variable
+    is in the group) leaves the table over the group's variables it keeps (`kept`, in the
+    factor's order): search.eliminate.condition's table, found with no per-variable test."""
+
+    table: np.ndarray
+    at: Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]
+    held_first: np.ndarray
+    held: Optional[Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]]
+    kept: Tuple[int, ...]
+
+
+def _touching(f: Factor, inside: Set[int]) -> Touching:
+    held = [i for i, v in enumerate(f.vars) if v not in inside]
+    kept = [i for i, v in enumerate(f.vars) if v in inside]
+    return Touching(
+        f.table,
+        itemgetter(*f.vars),
+        f.table.transpose(held + kept) if held else f.table,
+        itemgetter(*(f.vars[i] for i in held)) if held else None,
+        tuple(f.vars[i] for i in kept),
+    )
+
+
 class Descent:
     def __init__(
         self,
@@ -101,7 +128,7 @@ class Descent:
         self.steps = 0
         self.memo: Dict[tuple, Optimum] = {}  # group optima by the group's boundary values
         self._boundaries: Dict[Tuple[int, ...], Tuple[int, ...]] = {}
-        self._arounds: Dict[Tuple[int, ...], List[Factor]] = {}
+        self._arounds: Dict[Tuple[int, ...], List[Touching]] = {}
         self.programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
         self._whole_group: Optional[List[int]] = None
         self._reaches: Optional[List[Set[int]]] = None  # of each group, found on the first run
@@ -118,14 +145,15 @@ class Descent:
         limit = self.max_table_entries
         return elimination_width(group, domain, scoped, limit) <= limit
 
-    def _around(self, group: Sequence[int]) -> List[Factor]:
-        """The factors touching `group`: found once per group, since every solve of the group
-        reads them."""
+    def _around(self, group: Sequence[int]) -> List[Touching]:
+        """How each factor touching `group` is read, found once per group, since every solve of
+        the group reads them alike (Touching)."""
         key = tuple(group)
         found = self._arounds.get(key)
         if found is None:
+            inside = set(group)
             fids = sorted({f for v in group for f in self.problem.factors_of[v]})
-            found = [self.tables[f] for f in fids]
+            found = [_touching(self.tables[f], inside) for f in fids]
             self._arounds[key] = found
         return found
 
@@ -137,21 +165,18 @@ class Descent:
         can change, at x). The one-variable tables are summed here, not left to the elimination:
         a variable can have dozens of held neighbours (IOPDDL's graphs), and each table the
         elimination takes costs it a view and a merge to plan and to run."""
-        free_set = set(free)
         alone: Dict[int, np.ndarray] = {}
         factors, current = [], 0.0
-        for f in self._around(free):
-            current += float(f.table[tuple(x[v] for v in f.vars)])
-            c = condition(f.vars, f.table, free_set, x)
-            if c is None:
-                continue
-            if len(c.vars) > 1:
-                factors.append(c)
-            elif c.vars[0] in alone:
-                alone[c.vars[0]] += c.table
+        for t in self._around(free):
+            current += t.table.item(t.at(x))
+            table = t.held_first if t.held is None else t.held_first[t.held(x)]
+            if len(t.kept) > 1:
+                factors.append(Factor(t.kept, table))
+            elif t.kept[0] in alone:
+                alone[t.kept[0]] += table
             else:
-                alone[c.vars[0]] = self.unary[c.vars[0]] + c.table
-        current += sum(float(self.unary[v][x[v]]) for v in free)
+                alone[t.kept[0]] = self.unary[t.kept[0]] + table
+        current += sum(self.unary[v].item(x[v]) for v in free)
         return [alone.get(v, self.unary[v]) for v in free], factors, current
 
     def _boundary(self, group: Sequence[int]) -> Tuple[int, ...]:
@@ -163,8 +188,8 @@ class Descent:
 
     def _current(self, group: Sequence[int], x: Sequence[int]) -> float:
         """The objective's part that `group` can change, at x."""
-        total = sum(float(f.table[tuple(x[v] for v in f.vars)]) for f in self._around(group))
-        return total + sum(float(self.unary[v][x[v]]) for v in group)
+        total = sum(t.table.item(t.at(x)) for t in self._around(group))
+        return total + sum(self.unary[v].item(x[v]) for v in group)
 
     def _solve(self, group: Sequence[int], x: List[int]) -> Tuple[Optimum, Optional[float]]:
         """(choice, its value) for `group` with every other variable held at x, and the objective's
