@@ -11,7 +11,7 @@ A problem without module scopes (search.factors.FactorGraph) brings its own grou
 
 import logging
 from operator import itemgetter
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -64,30 +64,28 @@ def neighbour_groups(problem: Union[Problem, FactorGraph]) -> List[List[int]]:
     return groups
 
 
-class Touching(NamedTuple):
-    """A factor touching a group, as a solve of the group reads it: `at` gives the index of the
-    factor's entry at a plan; `held_first` is its table with the axes of the variables outside
-    the group first, so that indexing it with their values (`held`; None where every variable
-    is in the group) leaves the table over the group's variables it keeps (`kept`, in the
-    factor's order): search.eliminate.condition's table, found with no per-variable test."""
-
-    table: np.ndarray
-    at: Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]
-    held_first: np.ndarray
-    held: Optional[Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]]
-    kept: Tuple[int, ...]
+Getter = Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]
+# A factor touching a group, as a solve of the group reads it: (its table; the index of its entry
+# at a plan, from the plan; the table with the axes of the variables outside the group first;
+# their values from a plan, None where every variable is in the group; the group's variables it
+# keeps, in its order). Indexing the third with the fourth's values leaves the table over the
+# kept variables: search.eliminate.condition's table, found with no per-variable test. A plain
+# tuple: a solve of a group made for one use (IOPDDL's partitions) makes one per factor.
+Touching = Tuple[np.ndarray, Getter, np.ndarray, Optional[Getter], Tuple[int, ...]]
 
 
 def _touching(f: Factor, inside: Set[int]) -> Touching:
-    held = [i for i, v in enumerate(f.vars) if v not in inside]
-    kept = [i for i, v in enumerate(f.vars) if v in inside]
-    return Touching(
-        f.table,
-        itemgetter(*f.vars),
-        f.table.transpose(held + kept) if held else f.table,
-        itemgetter(*(f.vars[i] for i in held)) if held else None,
-        tuple(f.vars[i] for i in kept),
+    vars_ = f.vars
+    held = tuple(v for v in vars_ if v not in inside)
+    if not held:
+        return f.table, itemgetter(*vars_), f.table, None, vars_
+    kept = tuple(v for v in vars_ if v in inside)
+    first = (
+        f.table
+        if vars_[: len(held)] == held
+        else f.table.transpose([vars_.index(v) for v in held + kept])
     )
+    return f.table, itemgetter(*vars_), first, itemgetter(*held), kept
 
 
 class Descent:
@@ -146,8 +144,8 @@ class Descent:
         return elimination_width(group, domain, scoped, limit) <= limit
 
     def _around(self, group: Sequence[int]) -> List[Touching]:
-        """How each factor touching `group` is read, found once per group, since every solve of
-        the group reads them alike (Touching)."""
+        """How each factor touching `group` is read (Touching), found once per group, since every
+        solve of the group reads them alike."""
         key = tuple(group)
         found = self._arounds.get(key)
         if found is None:
@@ -167,15 +165,15 @@ class Descent:
         elimination takes costs it a view and a merge to plan and to run."""
         alone: Dict[int, np.ndarray] = {}
         factors, current = [], 0.0
-        for t in self._around(free):
-            current += t.table.item(t.at(x))
-            table = t.held_first if t.held is None else t.held_first[t.held(x)]
-            if len(t.kept) > 1:
-                factors.append(Factor(t.kept, table))
-            elif t.kept[0] in alone:
-                alone[t.kept[0]] += table
+        for whole, at, held_first, held, kept in self._around(free):
+            current += whole.item(at(x))
+            table = held_first if held is None else held_first[held(x)]
+            if len(kept) > 1:
+                factors.append(Factor(kept, table))
+            elif kept[0] in alone:
+                alone[kept[0]] += table
             else:
-                alone[t.kept[0]] = self.unary[t.kept[0]] + table
+                alone[kept[0]] = self.unary[kept[0]] + table
         current += sum(self.unary[v].item(x[v]) for v in free)
         return [alone.get(v, self.unary[v]) for v in free], factors, current
 
@@ -188,7 +186,7 @@ class Descent:
 
     def _current(self, group: Sequence[int], x: Sequence[int]) -> float:
         """The objective's part that `group` can change, at x."""
-        total = sum(t.table.item(t.at(x)) for t in self._around(group))
+        total = sum(t[0].item(t[1](x)) for t in self._around(group))
         return total + sum(self.unary[v].item(x[v]) for v in group)
 
     def _solve(self, group: Sequence[int], x: List[int]) -> Tuple[Optimum, Optional[float]]:

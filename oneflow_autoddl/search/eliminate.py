@@ -222,7 +222,7 @@ class Program:
             total = add_up(work, merges)
             table = total if total.shape == full else np.broadcast_to(total, full)
             kept.append((table, ax))  # argmin only where read back
-            reduced = table.min(axis=ax)
+            reduced = np.minimum.reduce(table, ax)  # table.min's work, no Python frame
             if out >= 0:
                 slots[out] = reduced
             else:
