@@ -23,6 +23,15 @@ class Factor:
         self.vars, self.table = vars_, table
 
 
+def filled(values: Union[np.ndarray, float], shape: Sequence[int]) -> np.ndarray:
+    """A new array of `shape` and `values`' dtype holding `values` broadcast to it:
+    np.broadcast_to(values, shape).copy() without broadcast_to's checks in Python (a quarter of
+    the time on the small tables the search builds by the thousand)."""
+    out = np.empty(shape, dtype=np.result_type(values))
+    np.copyto(out, values)
+    return out
+
+
 def condition(vars_: Sequence[int], table: np.ndarray, free: Set[int], x) -> Optional[Factor]:
     """Fix every non-free variable of a factor (distinct variables) at its value in x."""
     index = tuple(slice(None) if v in free else x[v] for v in vars_)

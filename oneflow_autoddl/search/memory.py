@@ -39,6 +39,7 @@ from ..cost.memory import (
 )
 from ..ir import DTYPE_BYTES
 from ..sbp import NdSbp
+from .eliminate import filled
 from .problem import Endpoint, Gather, Problem, TensorEnds
 
 
@@ -167,7 +168,7 @@ def _boxing_table(
         twice = sum((di == dj).astype(int) for dj in d) >= 2
         table = table + (blobs[s, di] + twice * grouped[di] * (di != s)) * first
         boxed = boxed | (di != s)
-    return vars_, np.broadcast_to(table + copy[s] * boxed, shape).copy()
+    return vars_, filled(table + copy[s] * boxed, shape)
 
 
 def _blob_bytes(

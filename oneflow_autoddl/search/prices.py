@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .eliminate import filled
+
 if TYPE_CHECKING:  # search.memory builds on search.problem, which prices with this module
     from .memory import MemoryItem
 
@@ -112,7 +114,7 @@ def _spread(item: "MemoryItem", onto: Tuple[int, ...], domain: Sequence[int]) ->
     order = sorted(range(len(item.vars)), key=lambda i: onto.index(item.vars[i]))
     usage = np.transpose(item.usage, order)
     shape = [int(domain[v]) if v in item.vars else 1 for v in onto]
-    return np.broadcast_to(usage.reshape(shape), [int(domain[v]) for v in onto]).copy()
+    return filled(usage.reshape(shape), [int(domain[v]) for v in onto])
 
 
 def lower_bound(items: Sequence["MemoryItem"], steps: int) -> np.ndarray:

@@ -42,7 +42,7 @@ from ..cost.schedule import Scheduler
 from ..ir import Graph, Tensor
 from ..rules import reads_same_sbp
 from ..sbp import NdSbp, Signature
-from .eliminate import Factor
+from .eliminate import Factor, filled
 from .prices import StepPrices
 from .ties import tie_ops
 from .units import Unit, build_units, fill_candidates
@@ -313,9 +313,12 @@ class Problem:
         """(variables, boxing time table, its latency part) of one tensor."""
         t, p = ends.tensor, ends.producer
         vocab: Dict[NdSbp, int] = {}
-        src = self._ids(p, vocab)
-        dsts = [self._ids(c, vocab) for c in ends.consumers]
-        sbps = tuple(sorted(vocab, key=lambda nd: vocab[nd]))
+        first_ids = [self._ids(e, vocab) for e in [p] + ends.consumers]
+        # numbered in sorted order, so that tensors of one shape whose ends take the same SBPs
+        # share one boxing table, in whatever order their candidates list them
+        sbps = tuple(sorted(vocab))
+        renumber = np.array([sbps.index(nd) for nd in vocab])  # vocab is in first-id order
+        src, *dsts = [renumber[ids] for ids in first_ids]
         box, box_latency = self._boxing_tables(sbps, t.shape, t.dtype)
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
         out: TensorFactors = []
@@ -368,7 +371,7 @@ class Problem:
         for i in order:
             c = consumers[i]
             grown = vars_ | {c.var}
-            too_big = int(np.prod([self.domain[v] for v in grown])) > self.max_factor_entries
+            too_big = math.prod(int(self.domain[v]) for v in grown) > self.max_factor_entries
             if current and (too_big or len(grown) > MAX_FACTOR_VARS):
                 chunks.append(current)
                 current, grown = [], {p.var, c.var}
@@ -804,8 +807,8 @@ def _dedup_tables(
         if latency is not None:
             latency_table = latency_table + (latency[s, d] if new is None else latency[s, d] * new)
     return (
-        np.broadcast_to(time_table, shape).copy(),
-        np.broadcast_to(latency_table, shape).copy(),
+        filled(time_table, shape),
+        filled(latency_table, shape),
     )
 
 
