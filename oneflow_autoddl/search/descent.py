@@ -118,8 +118,8 @@ class Descent:
             covered = [set(g) for g in scoped]
             extra = [
                 g
-                for g in neighbour_groups(problem)
-                if not any(set(g) <= c for c in covered) and self._solvable(g)
+                for g, members in ((g, set(g)) for g in neighbour_groups(problem))
+                if not any(members <= c for c in covered) and self._solvable(g)
             ]
             groups = scoped + extra
         self.groups = groups
