@@ -1,8 +1,9 @@
 """The job's ranks planning together: independent search tasks split over them, results shared.
 
-Every rank reads the same Job and runs the same search; `RankExecutor.map` runs task i on rank
-i mod N and gives every rank every result (an all-gather of their pickled results), so all
-ranks go through the same steps with the same numbers and write the same plan. A task that
+Every rank reads the same Job and runs the same search; `RankExecutor.map` runs each task on the
+rank search.executor.WorkerOf names and gives every rank every result (an all-gather of their
+pickled results), so all ranks go through the same steps with the same numbers and write the
+same plan. A task that
 fails on one rank fails the map on all of them, so no rank is left waiting in a collective.
 `broadcast_from_rank0` shares what only rank 0 decides (a cached or saved plan).
 """
@@ -14,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import oneflow as flow
 
-from ..search.executor import ranks_have_own_cores
+from ..search.executor import Affinity, WorkerOf, ranks_have_own_cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,11 +66,13 @@ class RankExecutor:
     def __init__(self) -> None:
         self.rank = flow.env.get_rank()
         self.workers = flow.env.get_world_size()
+        self._worker_of = WorkerOf(self.workers)
 
-    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> List[R]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], affinity: Affinity = None) -> List[R]:
         mine: Dict[int, object] = {}
         failure = None
-        for i in range(self.rank, len(tasks), self.workers):
+        placed = self._worker_of(tasks, affinity)
+        for i in [i for i, worker in enumerate(placed) if worker == self.rank]:
             try:
                 mine[i] = fn(tasks[i])
             except Exception:  # shipped to every rank, raised on all

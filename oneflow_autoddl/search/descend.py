@@ -98,7 +98,8 @@ def descend(
         ranked = sorted(swept, key=lambda x: problem.objective(x, memory_weight, weights))
         k = options.finalists if weights == SERIAL else options.finalists_other
         tasks += [(weights, x) for x in ranked[:k]]
-    found = executor.map(partial(_converge, problem, memory_weight, options), tasks)
+    converge = partial(_converge, problem, memory_weight, options)
+    found = executor.map(converge, tasks, affinity=lambda task: task[0])  # by objective
     log.debug("%d descents to convergence from %d swept starts", len(tasks), len(swept))
     return list(swept) + found
 

@@ -173,7 +173,7 @@ def refine(
     weights = objectives(problem.model.cluster, options)
     for _ in range(options.polish_rounds):
         again = partial(_descend_from, problem, memory_weight, options, best)
-        found = found + executor.map(again, weights)
+        found = found + executor.map(again, weights, affinity=lambda w: w)
         best, last = thinner(problem, found + experts, memory_weight, options, experts), best
         if best == last:
             break

@@ -18,7 +18,7 @@ from oneflow_autoddl.search import baselines
 from oneflow_autoddl.search.descend import descent, objectives
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.executor import SERIAL as HERE
-from oneflow_autoddl.search.executor import ranks_have_own_cores
+from oneflow_autoddl.search.executor import WorkerOf, ranks_have_own_cores
 from oneflow_autoddl.search.exhaustive import solve_exhaustive
 from oneflow_autoddl.search.fit import Memory, descend_and_pick
 from oneflow_autoddl.search.options import SearchOptions
@@ -534,6 +534,19 @@ def test_ranks_search_together_only_where_each_has_a_core(ranks, together):
     assert ranks_have_own_cores(ranks) is together
 
 
+def test_tasks_of_one_affinity_run_on_one_worker_in_every_map():
+    """Without keys, tasks go round the workers; with them, a key stays on the worker its first
+    task went to (the least loaded in that map), in this map and the later ones."""
+    worker_of = WorkerOf(2)
+    assert worker_of(["a", "b", "c"]) == [0, 1, 0]
+    serial, moving = "serial", "moving"
+    converge = [(serial, 1), (serial, 2), (moving, 3)]
+    assert worker_of(converge, affinity=lambda task: task[0]) == [0, 0, 1]
+    assert worker_of([moving, serial], affinity=lambda w: w) == [1, 0]
+    assert worker_of(["new", "other"], affinity=lambda w: w) == [0, 1]
+    assert WorkerOf(3)([moving, moving, serial], affinity=lambda w: w) == [0, 0, 1]
+
+
 class Recording:
     """An executor of two workers, run here, that records how many tasks each map hands out."""
 
@@ -542,7 +555,7 @@ class Recording:
     def __init__(self):
         self.maps = []
 
-    def map(self, fn, tasks):
+    def map(self, fn, tasks, affinity=None):
         self.maps.append(len(tasks))
         return [fn(t) for t in tasks]
 
