@@ -4,7 +4,7 @@ Planning allocates millions of small containers (tuples, lists, dicts, numpy sca
 by reference counting and form almost no cycles; every so many allocations the collector still
 walks the objects of the whole process, OneFlow's included, in search of cycles that are not
 there. Paused, it walks none: the same plan in less time. The few cycles planning does leave
-are collected once it is back on (GPT-3's plan leaves a few hundred objects).
+are collected once it is back on.
 """
 
 import contextlib

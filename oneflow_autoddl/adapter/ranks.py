@@ -3,8 +3,8 @@
 Every rank reads the same Job and runs the same search; `RankExecutor.map` runs each task on the
 rank search.executor.WorkerOf names and gives every rank every result (an all-gather of their
 pickled results), so all ranks go through the same steps with the same numbers and write the
-same plan. A task that
-fails on one rank fails the map on all of them, so no rank is left waiting in a collective.
+same plan. A task that fails on one rank fails the map on all of them, so no rank is left
+waiting in a collective.
 `broadcast_from_rank0` shares what only rank 0 decides (a cached or saved plan).
 """
 

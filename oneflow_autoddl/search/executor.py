@@ -2,9 +2,10 @@
 
 The search hands an executor lists of independent tasks (descents from different starts or
 under different objectives) and uses the results in order. `Serial` runs them here. The
-OneFlow adapter gives an executor whose `map` runs task i on rank i mod N and gathers every
-result on every rank (adapter.ranks); since a task's result depends only on the problem and
-the task, every rank assembles the same results in the same order, and so writes the same plan.
+OneFlow adapter gives an executor whose `map` runs each task on the rank `WorkerOf` names and
+gathers every result on every rank (adapter.ranks); since a task's result depends only on the
+problem and the task, every rank assembles the same results in the same order, and so writes the
+same plan.
 """
 
 from collections import Counter
