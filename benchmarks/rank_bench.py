@@ -73,6 +73,10 @@ def _native_graph(build, model, mesh, options, cluster):
 
 PASS_PAIRS = 4  # traces with the native pass and without it, timed in turns, at most
 PASS_BUDGET_S = 30.0  # seconds of such traces after which no further pair is started
+# planning_time's pairs at most: the pass on a graph of a few hundred ops adds a tenth of a second
+# to traces of half a second, and four pairs' median of it moved by half from one run to the next
+TIMING_PASS_PAIRS = 16
+PLAN_REPEATS = 4  # planning_time's plans each way
 
 
 def native_pass_seconds(
@@ -244,11 +248,12 @@ def planning_time(
     sizes=None,
     batch: Optional[int] = 8,
     cluster: str = "cpu-local",
-    repeats: int = PASS_PAIRS,
+    repeats: int = PLAN_REPEATS,
     builder: str = "examples.models",
 ):
     """On the ranks of `mesh`, for one model's traced Job: OneFlow's native pass (the time it adds
-    to a trace, native_pass_seconds), AutoDDL's plan with rank 0 planning alone (the others
+    to a trace, native_pass_seconds over up to TIMING_PASS_PAIRS pairs within its time budget),
+    AutoDDL's plan with rank 0 planning alone (the others
     waiting at a barrier) and with every rank planning together, each the median of `repeats`
     plans taken in turns; whether the two plans are the same. `builder` as measure's."""
     from oneflow_autoddl.adapter.ranks import RankExecutor
@@ -259,7 +264,7 @@ def planning_time(
     options = dict(batch=batch, sizes=sizes)
     graph, inputs = build(model, mesh, plan="dp", **options)
     ir = read_job(graph.build_graph(*inputs)[0])  # also warms OneFlow up for the pass's traces
-    native_s, build_s = native_pass_seconds(build, model, mesh, options, repeats)
+    native_s, build_s = native_pass_seconds(build, model, mesh, options, TIMING_PASS_PAIRS)
     alone_s, together_s = [], []
     for _ in range(repeats):
         flow.comm.barrier()
