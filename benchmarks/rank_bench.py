@@ -253,9 +253,9 @@ def planning_time(
 ):
     """On the ranks of `mesh`, for one model's traced Job: OneFlow's native pass (the time it adds
     to a trace, native_pass_seconds over up to TIMING_PASS_PAIRS pairs within its time budget),
-    AutoDDL's plan with rank 0 planning alone (the others
-    waiting at a barrier) and with every rank planning together, each the median of `repeats`
-    plans taken in turns; whether the two plans are the same. `builder` as measure's."""
+    AutoDDL's plan with rank 0 planning alone (the others waiting at a barrier) and with every
+    rank planning together, each the median of `repeats` plans taken in turns; whether the two
+    plans are the same. `builder` as measure's."""
     from oneflow_autoddl.adapter.ranks import RankExecutor
     from oneflow_autoddl.planner import plan
     from oneflow_autoddl.search.executor import SERIAL

@@ -186,7 +186,7 @@ class Descent:
 
     def _current(self, group: Sequence[int], x: Sequence[int]) -> float:
         """The objective's part that `group` can change, at x."""
-        total = sum(t[0].item(t[1](x)) for t in self._around(group))
+        total = sum(whole.item(at(x)) for whole, at, *_ in self._around(group))
         return total + sum(self.unary[v].item(x[v]) for v in group)
 
     def _solve(self, group: Sequence[int], x: List[int]) -> Tuple[Optimum, Optional[float]]:

@@ -317,7 +317,8 @@ class Problem:
         # numbered in sorted order, so that tensors of one shape whose ends take the same SBPs
         # share one boxing table, in whatever order their candidates list them
         sbps = tuple(sorted(vocab))
-        renumber = np.array([sbps.index(nd) for nd in vocab])  # vocab is in first-id order
+        position = {nd: k for k, nd in enumerate(sbps)}
+        renumber = np.array([position[nd] for nd in vocab])  # vocab is in first-id order
         src, *dsts = [renumber[ids] for ids in first_ids]
         box, box_latency = self._boxing_tables(sbps, t.shape, t.dtype)
         strict = np.where(np.eye(len(sbps), dtype=bool), 0.0, INFEASIBLE)
