@@ -43,10 +43,11 @@ def pick(
     scored: Dict[Tuple[int, ...], Tuple[float, float]] = {}  # (cost, bytes)
     fastest: Tuple[int, ...] = ()
     step = 0.0  # the fastest's step time (not its price)
-    for x in sorted(candidates, key=lambda y: p.objective(y, memory_weight)):
+    distinct = {tuple(x): x for x in candidates}.values()
+    for x in sorted(distinct, key=lambda y: p.objective(y, memory_weight)):
         price = p.memory_cost(x, memory_weight)
         least = scored[fastest][0] if fastest else math.inf
-        if tuple(x) in scored or p.compute_of(x) + price >= least + options.bytes_tie * step:
+        if p.compute_of(x) + price >= least + options.bytes_tie * step:
             continue
         detail = p.evaluate(x)
         scored[tuple(x)] = (detail.step_time + price, detail.bytes_per_device)
@@ -100,10 +101,12 @@ def fewer_bytes(
     for v in range(len(x)):
         if not p.is_free(v):
             continue
-        key = tuple(x[u] for u in p.around(v))
+        key = tuple(map(x.__getitem__, p.around(v)))
         if v not in savings or savings[v][0] != key:
             savings[v] = (key, *_savings(p, x, v, memory_weight, weights))
         _, fewer, saved, rise = savings[v]
+        if not len(fewer):
+            continue
         for j in np.flatnonzero(rise <= saved * price):
             moves.append((-float(saved[j]), v, int(fewer[j])))
     out = []
