@@ -14,7 +14,6 @@ import numpy as np
 from ..ir import Op
 from ..rules import contraction_of
 from ..sbp import B, NdSbp, S
-from .eliminate import condition
 from .problem import Problem
 
 Pins = Dict[int, Set[int]]  # variable -> allowed candidate indices
@@ -69,11 +68,11 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
         score = problem.compute[v][allowed].copy()
         for fid in problem.factors_of[v]:
             f = problem.factors[fid]
-            free = {u for u in f.vars if u == v or u not in assigned}
-            local = condition(f.vars, f.table, free, assigned)
-            assert local is not None  # v itself stays free
-            others = tuple(i for i, u in enumerate(local.vars) if u != v)
-            score = score + (local.table.min(axis=others) if others else local.table)[allowed]
+            fixed = [u != v and u in assigned for u in f.vars]
+            local = f.table[tuple(assigned[u] if h else slice(None) for u, h in zip(f.vars, fixed))]
+            free = [u for u, h in zip(f.vars, fixed) if not h]  # v and those not yet assigned
+            others = tuple(i for i, u in enumerate(free) if u != v)
+            score = score + (local.min(axis=others) if others else local)[allowed]
         kept, kept_held = np.zeros(len(allowed)), np.zeros(len(allowed))
         for mine, pv, theirs in inputs.get(v, []):
             if pv in assigned:

@@ -69,7 +69,7 @@ Getter = Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]
 # at a plan, from the plan; the table with the axes of the variables outside the group first;
 # their values from a plan, None where every variable is in the group; the group's variables it
 # keeps, in its order). Indexing the third with the fourth's values leaves the table over the
-# kept variables: search.eliminate.condition's table, found with no per-variable test. A plain
+# kept variables, the factor conditioned on the held ones, with no per-variable test. A plain
 # tuple: a solve of a group made for one use (IOPDDL's partitions) makes one per factor.
 Touching = Tuple[np.ndarray, Getter, np.ndarray, Optional[Getter], Tuple[int, ...]]
 

@@ -32,15 +32,6 @@ def filled(values: Union[np.ndarray, float], shape: Sequence[int]) -> np.ndarray
     return out
 
 
-def condition(vars_: Sequence[int], table: np.ndarray, free: Set[int], x) -> Optional[Factor]:
-    """Fix every non-free variable of a factor (distinct variables) at its value in x."""
-    index = tuple(slice(None) if v in free else x[v] for v in vars_)
-    kept = tuple(v for v in vars_ if v in free)
-    if not kept:
-        return None
-    return Factor(kept, table[index])
-
-
 class _Order:
     """The order variables are eliminated in: always the one whose table (it and its neighbours)
     is smallest, ties to the smallest variable. Neighbours are kept per variable and joined as
