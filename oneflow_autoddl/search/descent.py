@@ -64,6 +64,25 @@ def neighbour_groups(problem: Union[Problem, FactorGraph]) -> List[List[int]]:
     return groups
 
 
+def strict_subsets(groups: Sequence[Sequence[int]]) -> List[List[int]]:
+    """For each group, the indices of the groups that are its strict subsets. A group's optimum
+    with the rest held is one of each of its subsets too (any change of a subset is one of the
+    group), so a subset re-solved while nothing around it has changed since finds nothing."""
+    sets = [set(g) for g in groups]
+    if sum(map(len, sets)) == len(set().union(*sets)):
+        return [[] for _ in groups]  # disjoint (a partition's): none holds another
+    holding: Dict[int, List[int]] = {}
+    for j, members in enumerate(sets):
+        for v in members:
+            holding.setdefault(v, []).append(j)
+    subsets: List[List[int]] = [[] for _ in groups]
+    for i, members in enumerate(sets):
+        for j in holding[groups[i][0]]:
+            if members < sets[j]:
+                subsets[j].append(i)
+    return subsets
+
+
 Getter = Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]
 # A factor touching a group, as a solve of the group reads it: (its table; the index of its entry
 # at a plan, from the plan; the table with the axes of the variables outside the group first;
@@ -130,6 +149,7 @@ class Descent:
         self.programs: Dict[Tuple[int, ...], Program] = {} if programs is None else programs
         self._whole_group: Optional[List[int]] = None
         self._reaches: Optional[List[Set[int]]] = None  # of each group, found on the first run
+        self._subsets: Optional[List[List[int]]] = None  # of each group (strict_subsets)
         self._whole_sought = False
 
     def _solvable(self, group: Sequence[int]) -> bool:
@@ -243,9 +263,10 @@ class Descent:
         self, x0: Sequence[int], max_sweeps: int = 100, max_group: Optional[int] = None
     ) -> List[int]:
         """Sweep the groups (of at most `max_group` variables) until no step improves; a group is
-        re-solved only if its reach changed. Where one group holds every free variable, the run
-        is that group's exact re-solve whatever `max_group` says: no group can lower its optimum,
-        and it is solved once for every start (its boundary is empty, so it is memoised)."""
+        re-solved only if its reach changed since it, or a group holding it, was last solved.
+        Where one group holds every free variable, the run is that group's exact re-solve
+        whatever `max_group` says: no group can lower its optimum, and it is solved once for
+        every start (its boundary is empty, so it is memoised)."""
         x = list(x0)
         whole = self.whole()
         if whole is not None:
@@ -253,7 +274,9 @@ class Descent:
             return x
         if self._reaches is None:
             self._reaches = [self._reach(g) for g in self.groups]
-        reach = self._reaches
+        if self._subsets is None:
+            self._subsets = strict_subsets(self.groups)
+        reach, subsets = self._reaches, self._subsets
         stamp = [0] * len(x)  # step at which each variable last changed
         solved_at = [-1] * len(self.groups)
         clock = 0
@@ -275,6 +298,9 @@ class Descent:
                             stamp[v] = clock
                     solved_at[i] = clock
                     improved = True
+                if self.programs[tuple(group)].feasible:  # solved: so are its subsets, in effect
+                    for k in subsets[i]:
+                        solved_at[k] = solved_at[i]
             if not improved:
                 break
         return x
