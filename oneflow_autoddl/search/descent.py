@@ -298,7 +298,7 @@ class Descent:
                             stamp[v] = clock
                     solved_at[i] = clock
                     improved = True
-                if self.programs[tuple(group)].feasible:  # solved: so are its subsets, in effect
+                if subsets[i] and self.programs[tuple(group)].feasible:  # so are its subsets
                     for k in subsets[i]:
                         solved_at[k] = solved_at[i]
             if not improved:
