@@ -51,27 +51,60 @@ def blob_bytes(graph: Graph, op: Op, bn: str, nd: NdSbp, hierarchy) -> float:
     return local_numel(t.shape, nd, hierarchy) * DTYPE_BYTES.get(t.dtype, 4)
 
 
+class OpFacts:
+    """What op_time reads of an op whatever its signature (its blobs' shapes and element bytes,
+    its rule, its kernel's bandwidth and rate on the cluster), gathered once per op: the search
+    costs every op under each of its candidates."""
+
+    __slots__ = ("op", "variable", "blobs", "rule", "bandwidth", "dtype", "rate")
+
+    def __init__(self, cluster: Cluster, graph: Graph, op: Op):
+        self.op, self.variable = op, op.role == "variable"
+        self.blobs: Dict[str, Tuple[Tuple[int, ...], int]] = {}
+        for bn, lbn in list(op.inputs.items()) + list(op.outputs.items()):
+            t = graph.tensor(lbn)
+            self.blobs.setdefault(bn, (t.shape, DTYPE_BYTES.get(t.dtype, 4)))
+        self.rule = get_rule(op.type) if has_rule(op.type) else None
+        kind = (
+            self.rule.kernel_kind(OpView(graph, op, 1))
+            if self.rule is not None and self.rule.kernel is not None
+            else None
+        )
+        self.bandwidth = cluster.bandwidth_for(kind)
+        self.dtype = (
+            graph.tensor(next(iter(op.outputs.values()))).dtype if op.outputs else "float32"
+        )
+        self.rate = cluster.flops_for(self.dtype)
+
+
 def op_time(cluster: Cluster, graph: Graph, op: Op, sig: Signature) -> float:
-    if op.role == "variable":
+    return time_under(cluster, OpFacts(cluster, graph, op), sig)
+
+
+def time_under(cluster: Cluster, facts: OpFacts, sig: Signature) -> float:
+    """The op's time under `sig` (the module doc's roofline), from its OpFacts."""
+    if facts.variable:
         # A variable's kernel hands its buffer to its consumers and moves no bytes (on CPU
         # ranks its share of the step's samples under `perf` is nil, whatever its size).
         return cluster.op_overhead
-    hierarchy = op.placement.hierarchy
-    io_bytes = sum(blob_bytes(graph, op, bn, nd, hierarchy) for bn, nd in sig.items())
-    rule = get_rule(op.type) if has_rule(op.type) else None
-    kind = (
-        rule.kernel_kind(OpView(graph, op, 1))
-        if rule is not None and rule.kernel is not None
-        else None
-    )
-    memory_time = io_bytes / cluster.bandwidth_for(kind)
+    hierarchy = facts.op.placement.hierarchy
+    local: Dict[str, Tuple[int, ...]] = {}
+    io_bytes = 0
+    for bn, nd in sig.items():
+        shape, width = facts.blobs[bn]
+        dims = list(shape)
+        for sbp, h in zip(nd, hierarchy):
+            if sbp.is_split and sbp.axis < len(dims):
+                dims[sbp.axis] = math.ceil(dims[sbp.axis] / h)
+        local[bn] = tuple(dims)
+        io_bytes += math.prod(dims) * width
+    memory_time = io_bytes / facts.bandwidth
+    rule = facts.rule
     if rule is None or rule.flops is None:
         return cluster.op_overhead + memory_time
-    dtype = graph.tensor(next(iter(op.outputs.values()))).dtype if op.outputs else "float32"
-    local = local_shapes(graph, op, sig, hierarchy)
-    flops = rule.flops(op.attrs, local)
-    compute = max(flops / cluster.flops_for(dtype), memory_time)
-    return cluster.op_overhead + compute + pass_time(cluster, op, local, dtype)
+    flops = rule.flops(facts.op.attrs, local)
+    compute = max(flops / facts.rate, memory_time)
+    return cluster.op_overhead + compute + pass_time(cluster, facts.op, local, facts.dtype)
 
 
 def pass_time(cluster: Cluster, op: Op, local: Dict[str, Tuple[int, ...]], dtype: str) -> float:
