@@ -21,28 +21,23 @@ from ..sbp import NdSbp, Signature
 from .cluster import Cluster
 
 
-def local_numel(shape, nd: NdSbp, hierarchy) -> int:
-    """Elements on the most loaded device (OneFlow gives the remainder of an uneven split to the
-    first)."""
+def local_dims(shape, nd: NdSbp, hierarchy) -> Tuple[int, ...]:
+    """The shape of the most loaded device's share (OneFlow gives the remainder of an uneven
+    split to the first)."""
     dims = list(shape)
     for sbp, h in zip(nd, hierarchy):
         if sbp.is_split and sbp.axis < len(dims):
             dims[sbp.axis] = math.ceil(dims[sbp.axis] / h)
-    n = 1
-    for d in dims:
-        n *= d
-    return n
+    return tuple(dims)
+
+
+def local_numel(shape, nd: NdSbp, hierarchy) -> int:
+    """Elements on the most loaded device."""
+    return math.prod(local_dims(shape, nd, hierarchy))
 
 
 def local_shapes(graph: Graph, op: Op, sig: Signature, hierarchy) -> Dict[str, Tuple[int, ...]]:
-    out = {}
-    for bn, nd in sig.items():
-        dims = list(graph.shape(op, bn))
-        for sbp, h in zip(nd, hierarchy):
-            if sbp.is_split and sbp.axis < len(dims):
-                dims[sbp.axis] = math.ceil(dims[sbp.axis] / h)
-        out[bn] = tuple(dims)
-    return out
+    return {bn: local_dims(graph.shape(op, bn), nd, hierarchy) for bn, nd in sig.items()}
 
 
 def blob_bytes(graph: Graph, op: Op, bn: str, nd: NdSbp, hierarchy) -> float:
@@ -92,11 +87,7 @@ def time_under(cluster: Cluster, facts: OpFacts, sig: Signature) -> float:
     io_bytes = 0
     for bn, nd in sig.items():
         shape, width = facts.blobs[bn]
-        dims = list(shape)
-        for sbp, h in zip(nd, hierarchy):
-            if sbp.is_split and sbp.axis < len(dims):
-                dims[sbp.axis] = math.ceil(dims[sbp.axis] / h)
-        local[bn] = tuple(dims)
+        local[bn] = dims = local_dims(shape, nd, hierarchy)
         io_bytes += math.prod(dims) * width
     memory_time = io_bytes / facts.bandwidth
     rule = facts.rule
