@@ -256,13 +256,18 @@ def _column_axes(problem: Problem, var: str):
     return (0, 1)
 
 
+_MEGATRON: "weakref.WeakKeyDictionary[Problem, List[int]]" = weakref.WeakKeyDictionary()
+
+
 def megatron(problem: Problem) -> List[int]:
-    """Column-then-row tensor parallelism on the last mesh axis, data parallel on the others."""
-    roles = megatron_roles(problem)
-    tp_axis = problem.mesh.ndim - 1
-    return greedy_complete(
-        problem, _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp_axis))
-    )
+    """Column-then-row tensor parallelism on the last mesh axis, data parallel on the others.
+    Found once per problem (Megatron+ZeRO starts from it); each call returns its own copy."""
+    if problem not in _MEGATRON:
+        roles = megatron_roles(problem)
+        tp = problem.mesh.ndim - 1
+        pins = _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp))
+        _MEGATRON[problem] = greedy_complete(problem, pins)
+    return list(_MEGATRON[problem])
 
 
 def megatron_zero(problem: Problem) -> List[int]:
