@@ -6,6 +6,7 @@ OneFlow's greedy inference does once parameter SBPs are set). They are the seeds
 search and the yardsticks of the report.
 """
 
+import functools
 import weakref
 from typing import Callable, Dict, List, Optional, Set
 
@@ -118,16 +119,25 @@ def _pin_params(problem: Problem, want: Callable[[int, NdSbp], bool]) -> Pins:
     return pins
 
 
-_DATA_PARALLEL: "weakref.WeakKeyDictionary[Problem, List[int]]" = weakref.WeakKeyDictionary()
+def once_per_problem(find: Callable[[Problem], List[int]]) -> Callable[[Problem], List[int]]:
+    """`find` run once per problem (other seeds start from its plan); each call returns its own
+    copy, which the caller may change."""
+    found: weakref.WeakKeyDictionary[Problem, List[int]] = weakref.WeakKeyDictionary()
+
+    @functools.wraps(find)
+    def cached(problem: Problem) -> List[int]:
+        if problem not in found:
+            found[problem] = find(problem)
+        return list(found[problem])
+
+    return cached
 
 
+@once_per_problem
 def data_parallel(problem: Problem) -> List[int]:
     """Parameters replicated on every mesh axis; activations follow the (batch-split) inputs.
-    Found once per problem (ZeRO-style starts from it); each call returns its own copy."""
-    if problem not in _DATA_PARALLEL:
-        pins = _pin_params(problem, lambda v, nd: all(s == B for s in nd))
-        _DATA_PARALLEL[problem] = greedy_complete(problem, pins)
-    return list(_DATA_PARALLEL[problem])
+    ZeRO-style starts from it."""
+    return greedy_complete(problem, _pin_params(problem, lambda v, nd: all(s == B for s in nd)))
 
 
 def zero(problem: Problem) -> List[int]:
@@ -256,18 +266,15 @@ def _column_axes(problem: Problem, var: str):
     return (0, 1)
 
 
-_MEGATRON: "weakref.WeakKeyDictionary[Problem, List[int]]" = weakref.WeakKeyDictionary()
-
-
+@once_per_problem
 def megatron(problem: Problem) -> List[int]:
     """Column-then-row tensor parallelism on the last mesh axis, data parallel on the others.
-    Found once per problem (Megatron+ZeRO starts from it); each call returns its own copy."""
-    if problem not in _MEGATRON:
-        roles = megatron_roles(problem)
-        tp = problem.mesh.ndim - 1
-        pins = _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp))
-        _MEGATRON[problem] = greedy_complete(problem, pins)
-    return list(_MEGATRON[problem])
+    Megatron+ZeRO starts from it."""
+    roles = megatron_roles(problem)
+    tp = problem.mesh.ndim - 1
+    return greedy_complete(
+        problem, _pin_params(problem, lambda v, nd: _megatron_sbp(problem, v, nd, roles, tp))
+    )
 
 
 def megatron_zero(problem: Problem) -> List[int]:
