@@ -10,6 +10,7 @@ can within the limit (search.tighten).
 """
 
 import logging
+from dataclasses import replace
 from functools import partial
 from typing import Dict, List, Optional, Sequence
 
@@ -173,8 +174,11 @@ def fit_memory(
     PRICE_STEP times the last round's, and keeps the earlier rounds' prices as they were: the
     prices follow the steps the latest plans overfill, and the steps only the first plans
     overfilled (starts can overfill every step) do not keep an item held all step dearer than
-    a larger one held for a few."""
+    a larger one held for a few. The rounds refine without the moves to fewer bytes: they look
+    for a price at which some plan fits, and the bytes tie only chooses among plans that do (the
+    bisections refine with the moves)."""
     memory = memory or Memory(problem)
+    rounds = replace(options, byte_moves_taken=0)
     if memory.peak(best) <= limit:
         return best
     usage = memory.usage(best)
@@ -184,7 +188,7 @@ def fit_memory(
     leanest = (memory.peak(best), best)
     for _ in range(options.penalty_rounds):
         prices = memory.prices(hi * over)
-        x = descend_and_refine(problem, [x, best, lean], prices, options, executor)
+        x = descend_and_refine(problem, [x, best, lean], prices, rounds, executor)
         usage, peak = memory.usage(x), memory.peak(x)
         leanest = min(leanest, (peak, x))
         log.debug("memory price %.3g: peak %s", hi, _gib(peak))

@@ -11,15 +11,15 @@ from oneflow_autoddl.search.tighten import tighten
 
 
 def test_a_fitted_plan_gets_faster_and_stays_within_the_limit():
-    """The examples' GPT at scale on 4 A100s, the limit 30% of the way from the least peak any
-    plan holds to the fastest plan's: the price's fit leaves room that unpriced moves take, for
+    """The examples' GPT at scale on 4 A100s, the limit half way from the least peak any plan
+    holds to the fastest plan's: the price's fit leaves room that unpriced moves take, for
     a lower objective and step, the memory items and the exact peak still within the limit."""
     problem = build_problem(build_gpt(2, 1024, 16, 256, 50257, 64, (4,)), load_cluster("dgx-a100"))
     memory = Memory(problem)
     untightened = SearchOptions(tighten_passes=0)
     best = descend_and_refine(problem, list(seeds(problem).values()), 0.0, untightened, SERIAL)
     least = float(memory.least().max())
-    limit = least + 0.3 * (memory.peak(best) - least)
+    limit = least + 0.5 * (memory.peak(best) - least)
     fitted = fit_memory(problem, best, limit, untightened, SERIAL, memory)
     assert memory.usage(fitted).max() <= limit
     tight = tighten(problem, fitted, limit, memory.items, memory.usage(fitted), SearchOptions())
