@@ -25,9 +25,10 @@ from .cost.cluster import Cluster, load_cluster
 from .cost.memory import least_peak
 from .errors import PlanningError
 from .gc_pause import gc_paused
-from .ir import CHECKPOINT_COPY_PREFIX, Graph
+from .ir import Graph
 from .plan import Plan
 from .recompute import recompute_graph
+from .regather import as_planned, regather_graph
 from .search import baselines
 from .search.descend import worth_splitting
 from .search.executor import SERIAL, Executor
@@ -100,7 +101,7 @@ def plan(
         None if math.isinf(limit) else limit,
         options.transfers_kept,
     )
-    _without_copies(result, recomputed)
+    _without_copies(result, recomputed, graph)
     for note in result.notes:
         log.warning(note)
     return result
@@ -116,14 +117,14 @@ def _autoddl(
     held: bool,
 ) -> Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]:
     """(problem, starts, plan, blocks recomputed): the search's plan; where the memory limit
-    binds it and the graph has repeated blocks, also the plan with every block recomputed
-    (options.recompute): the faster of the two that fit. Where neither does, the recomputed
-    graph's PlanningError, which names the memory it needs with every block recomputed. Where
-    blocks can be recomputed, a graph whose least peak (cost.memory.least_peak) is over the limit
-    is not searched as it is: no plan of it can fit."""
-    blocks = _worth_recomputing(graph, cluster, options)
+    binds it and the device reuses memory, also the plans of the leaner graphs (`_leaner`), one
+    after the other until one fits: the fastest of those that fit. Where none does, the
+    leanest graph's PlanningError, which names the memory it needs. Where there is a leaner
+    graph, a graph whose least peak (cost.memory.least_peak) is over the limit is not searched
+    as it is: no plan of it can fit."""
+    leaner = _leaner(graph, cluster, options)
     found: List[Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]] = []
-    least = least_peak(graph, cluster.reuses_memory) if blocks and math.isfinite(limit) else 0.0
+    least = least_peak(graph, cluster.reuses_memory) if leaner and math.isfinite(limit) else 0.0
     if least > limit:
         log.info(
             "no plan of the graph as it is fits: it holds at least %.3f GiB per device",
@@ -137,28 +138,50 @@ def _autoddl(
             log.info(
                 "the memory limit binds; recomputation frees nothing where memory is not reused"
             )
-        if not bound or not blocks:
+        if not bound or not leaner:
             return problem, starts, _or_raise(x), []
         if not isinstance(x, PlanningError):
             found.append((problem, starts, x, []))
-    log.info("the memory limit binds: also planning with %d blocks recomputed", len(blocks))
-    redone = make(recompute_graph(graph, blocks))
-    redone_starts = seeds(redone)
-    y, _ = _search_within(redone, redone_starts, limit, options, executor, held)
-    if isinstance(y, PlanningError) and not found:
-        raise y  # none found, recomputed or not: the error names the memory with recomputation
-    if not isinstance(y, PlanningError):
+    error = None
+    for lean, blocks, what in leaner:
+        log.info("the memory limit binds: also planning with %s", what)
+        redone = make(lean())
+        redone_starts = seeds(redone)
+        y, _ = _search_within(redone, redone_starts, limit, options, executor, held)
+        if isinstance(y, PlanningError):
+            error = y
+            continue
         found.append((redone, redone_starts, y, blocks))
+        break
+    if error is not None and not found:
+        raise error  # none found, however lean: the error names the memory of the leanest
     return min(found, key=lambda f: f[0].evaluate(f[2]).step_time)
 
 
-def _worth_recomputing(graph: Graph, cluster: Cluster, options: SearchOptions) -> List[str]:
-    """The repeated blocks to plan recomputed (options.recompute) where the memory limit binds:
-    none where the device reuses no memory, since a recomputed block then frees nothing and its
-    copies add to every step (oneflow_autoddl.recompute)."""
-    if not options.recompute or not cluster.reuses_memory:
+def _leaner(
+    graph: Graph, cluster: Cluster, options: SearchOptions
+) -> List[Tuple[Callable[[], Graph], List[str], str]]:
+    """(a graph's maker, the blocks it recomputes, what it does) for where the memory limit
+    binds, each holding less than the one before and costing more: the repeated blocks
+    recomputed (options.recompute), then tensors boxed again per phase too (options.regather).
+    None where the device reuses no memory: there neither frees anything, and both add to every
+    step (oneflow_autoddl.recompute, .regather)."""
+    if not cluster.reuses_memory:
         return []
-    return repeated_blocks(graph)
+    out: List[Tuple[Callable[[], Graph], List[str], str]] = []
+    blocks = repeated_blocks(graph) if options.recompute else []
+
+    def recomputed() -> Graph:
+        return recompute_graph(graph, blocks) if blocks else graph
+
+    if blocks:
+        out.append((recomputed, blocks, f"{len(blocks)} blocks recomputed"))
+    if options.regather:
+        what = f"{len(blocks)} blocks recomputed, " if blocks else ""
+        out.append(
+            (lambda: regather_graph(recomputed()), blocks, what + "tensors boxed again per phase")
+        )
+    return out
 
 
 def _or_raise(x: Union[Assignment, PlanningError]) -> Assignment:
@@ -192,16 +215,18 @@ def _fits(problem: Problem, x: Assignment, limit: float) -> bool:
     return not math.isfinite(limit) or peak_memory(problem, x).bytes <= limit
 
 
-def _without_copies(plan: Plan, recomputed: List[str]) -> None:
-    """The plan of the user's graph: recomputed copies take their originals' signatures where
-    the hook retraces the graph with OneFlow's checkpointing (adapter.recompute)."""
+def _without_copies(plan: Plan, recomputed: List[str], graph: Graph) -> None:
+    """The plan of the user's `graph`: recomputed copies take their originals' signatures where
+    the hook retraces the graph with OneFlow's checkpointing (adapter.recompute), and the phase
+    copies only recomputation makes (of a recomputed block's input, of a parameter only its
+    recomputed forward reads in backward) are made again there; the others stay, as
+    regather.as_planned finds them in the user's graph."""
     if not recomputed:
         return
+    kept = set(as_planned(graph, plan.ops).ops)
     plan.recompute = list(recomputed)
-    plan.ops = {n: e for n, e in plan.ops.items() if not n.startswith(CHECKPOINT_COPY_PREFIX)}
-    plan.unplanned_ops = {
-        n: e for n, e in plan.unplanned_ops.items() if not n.startswith(CHECKPOINT_COPY_PREFIX)
-    }
+    plan.ops = {n: e for n, e in plan.ops.items() if n in kept}
+    plan.unplanned_ops = {n: e for n, e in plan.unplanned_ops.items() if n in kept}
 
 
 def search(

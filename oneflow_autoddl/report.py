@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from . import zero
 from .plan import Plan, Predicted
+from .regather import is_phase_copy
 
 MiB = 2.0**20
 
@@ -94,6 +95,13 @@ def summary(plan: Plan) -> str:
     if plan.recompute:
         lines.append(
             f"every plan below recomputes the same {len(plan.recompute)} modules in backward"
+        )
+    copies = [name for name in plan.ops if is_phase_copy(name)]
+    if copies:
+        lines.append(
+            f"every plan below reads tensors through {len(copies)} copies, one per phase "
+            "(forward, backward), so that a tensor its readers box is boxed for each phase and "
+            "freed after it (as ZeRO stage 3 gathers a parameter where it is used)"
         )
     lines.append(comparison_table(plan))
     lines += [f"note: {n}" for n in plan.notes]

@@ -13,6 +13,7 @@ from typing import Callable, Dict, List, Optional, Set
 import numpy as np
 
 from ..ir import Op
+from ..regather import is_phase_copy
 from ..rules import contraction_of
 from ..sbp import B, NdSbp, S
 from .problem import Problem
@@ -80,16 +81,16 @@ def greedy_complete(problem: Problem, pins: Pins) -> List[int]:
                 same = mine[allowed] == theirs[assigned[pv]]
                 kept += same
                 kept_held += same if pv in held else 0
-        if _is_cast(problem, v) and any(pv in held for _, pv, _ in inputs.get(v, [])):
+        if _passes_on_unit(problem, v) and any(pv in held for _, pv, _ in inputs.get(v, [])):
             held.add(v)
         best = min(range(len(allowed)), key=lambda i: (-kept_held[i], -kept[i], score[i], i))
         assigned[v] = allowed[best]
     return [assigned[v] for v in range(len(problem.var_units))]
 
 
-def _is_cast(problem: Problem, v: int) -> bool:
+def _passes_on_unit(problem: Problem, v: int) -> bool:
     unit = problem.units[problem.var_units[v][0]]
-    return all(problem.graph.op(n).type == "cast" for n in unit.ops)
+    return all(_passes_on(problem.graph.op(n)) for n in unit.ops)
 
 
 def _param_vars(problem: Problem) -> List[int]:
@@ -156,6 +157,28 @@ def zero(problem: Problem) -> List[int]:
             ]
         if sharded:
             x[v] = _leanest(problem, x, v, sharded)
+    return _copies_follow(problem, x)
+
+
+def _copies_follow(problem: Problem, x: List[int]) -> List[int]:
+    """x with every phase copy (oneflow_autoddl.regather) taking its tensor in the SBP it is
+    stored in, so that each phase gathers it for itself, as ZeRO stage 3 does."""
+    for v, members in enumerate(problem.var_units):
+        unit = problem.units[members[0]]
+        if not problem.is_free(v) or not all(is_phase_copy(n) for n in unit.ops):
+            continue
+        graph = problem.graph
+        stored = []
+        for name in unit.ops:
+            t = graph.tensor(graph.op(name).inputs["in_0"])
+            stored.append(problem.signature(t.producer, x)[t.obn])
+        same = [
+            k
+            for k, joint in enumerate(unit.candidates)
+            if all(sig["in_0"] == nd for sig, nd in zip(joint, stored))
+        ]
+        if same:
+            x[v] = same[0]
     return x
 
 
@@ -169,11 +192,17 @@ def _leanest(problem: Problem, x: List[int], v: int, ks: List[int]) -> int:
     return min((k for k in ks if problem.memory[v][k] <= least), key=lambda k: (cost[k], k))
 
 
+def _passes_on(op: Op) -> bool:
+    """A cast (mixed precision reads a parameter through its cast to half, oneflow_autoddl.amp)
+    or a phase's copy of a parameter (oneflow_autoddl.regather): what it reads is what its
+    readers read."""
+    return op.type == "cast" or is_phase_copy(op.name)
+
+
 def _source(problem: Problem, lbn: str) -> Op:
-    """The op a tensor comes from, seen through casts (mixed precision reads a parameter through
-    its cast to half, oneflow_autoddl.amp)."""
+    """The op a tensor comes from, seen through casts and phase copies (`_passes_on`)."""
     producer = problem.graph.op(problem.graph.tensor(lbn).producer)
-    while producer.type == "cast":
+    while _passes_on(producer):
         producer = problem.graph.op(problem.graph.tensor(producer.inputs["in_0"]).producer)
     return producer
 
@@ -257,7 +286,7 @@ def _column_axes(problem: Problem, var: str):
     """(output-feature axis, input-feature axis) of a weight, from the product that uses it."""
     graph = problem.graph
     readers = [c for c, _ in graph.consumers(graph.op(var), "out")]
-    readers += [r for c in readers if c.type == "cast" for r, _ in graph.consumers(c, "out_0")]
+    readers += [r for c in readers if _passes_on(c) for r, _ in graph.consumers(c, "out_0")]
     for consumer in readers:
         c = contraction_of(graph, consumer)
         if _weight_of(problem, consumer) == var and c is not None and c.b_axes is not None:
@@ -296,7 +325,7 @@ def megatron_zero(problem: Problem) -> List[int]:
         ]
         if sharded:
             x[v] = _leanest(problem, x, v, sharded)
-    return x
+    return _copies_follow(problem, x)
 
 
 def replicated(problem: Problem) -> List[int]:

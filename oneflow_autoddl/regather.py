@@ -1,0 +1,139 @@
+"""Tensors boxed again in backward, as ZeRO stage 3 and recomputation do, on the planner's IR.
+
+OneFlow 0.9.0 boxes a tensor once for all the readers that take it in one SBP
+(GroupBoxingByDstParallel), so a tensor boxed for readers in forward and in backward is held
+boxed from its first reader to its last: a parameter split over the data-parallel axis and
+gathered for its products is held gathered over the whole step (every layer's weights at once
+at the end of the forward pass), and a recomputed block's input boxed for its first op until
+that block is recomputed. ZeRO stage 3 gathers a parameter where it is used and frees it after;
+Megatron-LM gathers a recomputed block's input again when it recomputes the block.
+
+`regather_graph` gives the readers of each phase (forward; backward, with the recomputed
+forward) their own identity op reading the tensor, placed right before the phase's first
+reader: for every parameter, a copy per phase; for a tensor recomputed ops read in backward and
+other ops in forward (a recomputed block's input), a copy for the backward readers. The copies
+are ordinary ops the search gives signatures to: a copy taking the tensor as stored boxes it for
+its phase alone (held over that phase, sent once more); taking it in the SBP its readers want,
+the tensor is boxed once for all, as without copies. The write-back inserts the same identity
+ops into the Job (adapter.writeback).
+"""
+
+from dataclasses import replace
+from typing import Dict, Iterable, List, Mapping, Set, Tuple
+
+from .ir import CHECKPOINT_COPY_PREFIX, Graph, Op, Tensor
+from .recompute import forward_pass
+from .sbp import Signature
+
+PHASES = ("forward", "backward")
+PHASE_COPY_INFIX = "-autoddl-phase-"
+
+Readers = List[Tuple[str, str]]  # (op, input) pairs
+
+
+def phase_copy_name(lbn: str, phase: str) -> str:
+    """The copy of tensor `lbn` for `phase`: named after its producer (and its output, where the
+    producer is not a variable)."""
+    producer, obn = lbn.split("/")
+    base = producer if obn == "out" else f"{producer}-{obn}"
+    return f"{base}{PHASE_COPY_INFIX}{phase}"
+
+
+def is_phase_copy(name: str) -> bool:
+    return PHASE_COPY_INFIX in name
+
+
+def has_phase_copies(names: Iterable[str]) -> bool:
+    """Whether a plan of these ops was made on a graph with phase copies."""
+    return any(is_phase_copy(name) for name in names)
+
+
+def as_planned(graph: Graph, names: Iterable[str]) -> Graph:
+    """`graph` as a plan of ops `names` was made on it: with its phase copies where it has some."""
+    return regather_graph(graph) if has_phase_copies(names) else graph
+
+
+def regather_graph(graph: Graph) -> Graph:
+    """`graph` with the copies of the module doc; each goes right before its first reader."""
+    forward = forward_pass(graph)
+    position = {name: i for i, name in enumerate(graph.ops)}
+    ops = dict(graph.ops)
+    tensors = {lbn: replace(t, consumers=[]) for lbn, t in graph.tensors.items()}
+    before: Dict[str, List[str]] = {}  # first reader of a phase -> the copies that go before it
+    for op in graph.ops.values():
+        for lbn in op.outputs.values():
+            for phase, readers in _copied(graph, op, lbn, forward, position).items():
+                copy = _phase_copy(op, lbn, phase, tensors)
+                for name, ibn in readers:
+                    ops[name] = _reading(ops[name], ibn, copy.outputs["out_0"])
+                ops[copy.name] = copy
+                before.setdefault(readers[0][0], []).append(copy.name)
+    order = [m for n in graph.ops for m in before.get(n, []) + [n]]
+    return Graph(graph.name, [ops[n] for n in order], tensors.values())
+
+
+def _copied(
+    graph: Graph, producer: Op, lbn: str, forward: Set[str], position: Mapping[str, int]
+) -> Dict[str, Readers]:
+    """phase -> the readers of tensor `lbn` that read it through that phase's copy, in the
+    graph's order: every phase of a parameter's readers; the backward readers of a tensor that
+    recomputed ops and forward ops both read."""
+    phases = _readers_by_phase(graph, producer, lbn, forward, position)
+    if producer.role == "variable":
+        return phases
+    backward = phases.get(PHASES[1], [])
+    recomputed = any(name.startswith(CHECKPOINT_COPY_PREFIX) for name, _ in backward)
+    if recomputed and PHASES[0] in phases:
+        return {PHASES[1]: backward}
+    return {}
+
+
+def _readers_by_phase(
+    graph: Graph, producer: Op, lbn: str, forward: Set[str], position: Mapping[str, int]
+) -> Dict[str, Readers]:
+    """phase -> the (op, input) pairs of that phase reading `lbn` on its producer's placement,
+    in the graph's order; updates (optimizer state and parameters as updated) are not readers."""
+    phases: Dict[str, Readers] = {}
+    for name, ibn in graph.tensor(lbn).consumers:
+        reader = graph.op(name)
+        if reader.role not in PHASES or reader.placement != producer.placement:
+            continue
+        in_forward = name in forward and not name.startswith(CHECKPOINT_COPY_PREFIX)
+        phases.setdefault(PHASES[0] if in_forward else PHASES[1], []).append((name, ibn))
+    return {p: sorted(r, key=lambda c: position[c[0]]) for p, r in phases.items()}
+
+
+def _reading(op: Op, ibn: str, lbn: str) -> Op:
+    return Op(
+        op.name,
+        op.type,
+        {**op.inputs, ibn: lbn},
+        op.outputs,
+        op.placement,
+        op.attrs,
+        op.role,
+        op.scope,
+        op.native,
+    )
+
+
+def _phase_copy(producer: Op, lbn: str, phase: str, tensors: Dict[str, Tensor]) -> Op:
+    name = phase_copy_name(lbn, phase)
+    source = tensors[lbn]
+    out = f"{name}/out_0"
+    tensors[out] = Tensor(out, source.shape, source.dtype, name, "out_0")
+    native = None
+    if producer.native is not None:
+        stored = producer.native[source.obn]
+        native = Signature({"in_0": stored, "out_0": stored})
+    return Op(
+        name,
+        "identity",
+        {"in_0": lbn},
+        {"out_0": out},
+        producer.placement,
+        {},
+        phase,
+        producer.scope,
+        native,
+    )
