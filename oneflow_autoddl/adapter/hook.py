@@ -32,6 +32,7 @@ from ..ir import Graph
 from ..plan import Plan, PlanMismatch
 from ..planner import STRATEGIES, describe
 from ..planner import plan as make_plan
+from ..regather import as_planned
 from ..report import summary
 from ..search.executor import SERIAL, Executor
 from ..search.options import SearchOptions
@@ -155,10 +156,11 @@ def _saved(graph, ir, settings: AutoDDLConfig) -> Optional[Plan]:
         return None
     saved = settings.plan if isinstance(settings.plan, Plan) else Plan.load(settings.plan)
     try:
-        saved.check_matches(ir, ir.main_placement().hierarchy)
+        planned = as_planned(ir, saved.ops)
+        saved.check_matches(planned, ir.main_placement().hierarchy)
         from . import writeback
 
-        writeback.check_signatures(ir, saved)
+        writeback.check_signatures(planned, saved)
         return saved
     except PlanMismatch as e:
         log.warning(
@@ -317,7 +319,7 @@ def _carried(graph, first, job, plan: Plan, settings: AutoDDLConfig) -> Plan:
     from .job import read_job
     from .recompute import carry_signatures
 
-    second = read_job(job)
+    first, second = as_planned(first, plan.ops), as_planned(read_job(job), plan.ops)
     mesh = second.main_placement()
     cluster = load_cluster(settings.cluster or _default_cluster(mesh.device))
     model = CostModel(

@@ -134,25 +134,27 @@ def carry_signatures(
 
 def _best_fit(graph: Graph, op, decided: Dict[str, Signature], model: CostModel) -> Signature:
     """The candidate of `op` whose inputs and outputs box least from the decided producers and
-    to the decided consumers (the first such, in OneFlow's order)."""
+    to the decided consumers; of those, the one boxing least on its inputs (an identity between
+    a tensor and readers that take it in another SBP boxes after itself, as a phase copy does,
+    oneflow_autoddl.regather); then the first, in OneFlow's order."""
 
     def sbp_of(name: str, bn: str):
         sig = decided.get(name) or graph.op(name).native
         return sig[bn] if sig is not None and bn in sig else None
 
-    def cost(sig: Signature) -> float:
-        total = 0.0
+    def cost(sig: Signature) -> Tuple[float, float]:
+        inputs = outputs = 0.0
         for ibn, lbn in op.inputs.items():
             t = graph.tensor(lbn)
             src = sbp_of(t.producer, t.obn)
             if src is not None:
-                total += model.transfer(src, sig[ibn], t.shape, t.dtype).time
+                inputs += model.transfer(src, sig[ibn], t.shape, t.dtype).time
         for obn, lbn in op.outputs.items():
             t = graph.tensor(lbn)
             for c, ibn in t.consumers:
                 if c in decided:
-                    total += model.transfer(sig[obn], decided[c][ibn], t.shape, t.dtype).time
-        return total
+                    outputs += model.transfer(sig[obn], decided[c][ibn], t.shape, t.dtype).time
+        return inputs + outputs, inputs
 
     return min(candidates(graph, op), key=cost)
 

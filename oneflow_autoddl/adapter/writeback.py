@@ -15,16 +15,18 @@ another SBP is read through an inserted identity op (`<var>-autoddl-copy`), whos
 ordinary buffer can be sent. The copy is local: the shard, once per step.
 """
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from oneflow.core.job import job_pb2
+from oneflow.core.operator import op_conf_pb2
 
 from ..errors import InvalidPlan
-from ..ir import Graph
+from ..ir import Graph, Placement
 from ..plan import Plan
+from ..regather import is_phase_copy, regather_graph
 from ..rules import candidates
 from ..sbp import Signature, format_nd, format_signature
-from .job import signatures_of
+from .job import read_job, signatures_of
 from .placement import to_proto
 
 
@@ -41,8 +43,75 @@ def check_signatures(graph: Graph, plan: Plan) -> None:
 
 
 def write_plan(job: job_pb2.Job, plan: Plan) -> job_pb2.Job:
-    """A copy of `job` whose SBP confs are the plan's; ops the plan leaves out keep OneFlow's."""
+    """A copy of `job` whose SBP confs are the plan's, with the plan's phase copies
+    (oneflow_autoddl.regather) inserted; ops the plan leaves out keep OneFlow's."""
+    copies = {name for name in plan.ops if is_phase_copy(name)}
+    if copies:
+        job = with_phase_copies(job, copies)
     return write_signatures(job, plan.signatures())
+
+
+def with_phase_copies(job: job_pb2.Job, names: Set[str]) -> job_pb2.Job:
+    """A copy of `job` with the phase copies `names` of regather.regather_graph inserted, their
+    readers reading them. Each runs after the op before it in the rewritten graph's order on its
+    placement (a control edge), so that a runtime reusing memory boxes it in its phase, as the
+    memory model holds it (cost.memory), not at the start of the step."""
+    lean = regather_graph(read_job(job))
+    missing = sorted(names - set(lean.ops))
+    if missing:
+        raise InvalidPlan(
+            f"the plan copies tensors the Job does not read in two phases ({missing[:3]}): "
+            "plan this Job again"
+        )
+    out = job_pb2.Job()
+    out.CopyFrom(job)
+    confs = {op.name: op for op in out.net.op}
+    previous: Dict[Placement, str] = {}
+    for name, op in lean.ops.items():
+        if name in names:
+            source = lean.tensor(op.inputs["in_0"])
+            copy = _add_identity(out, confs[source.producer], source.lbn, name)
+            if op.placement in previous:
+                copy.ctrl_in_op_name.append(previous[op.placement])
+            confs[name] = copy
+            for reader, ibn in lean.tensor(op.outputs["out_0"]).consumers:
+                _read_from(out, confs[reader], ibn, name)
+        if name in confs:
+            previous[op.placement] = name
+    return out
+
+
+def _add_identity(
+    job: job_pb2.Job, producer: op_conf_pb2.OperatorConf, src: str, name: str
+) -> op_conf_pb2.OperatorConf:
+    """An identity op `name` reading blob `src` of `producer`, in its placement group and
+    scope; its output `<name>/out_0` has src's logical shape."""
+    dst = f"{name}/out_0"
+    copy = job.net.op.add()
+    copy.name, copy.device_tag = name, producer.device_tag
+    copy.scope_symbol_id = producer.scope_symbol_id
+    copy.user_conf.op_type_name = "identity"
+    copy.user_conf.input["in"].s.append(src)
+    copy.user_conf.output["out"].s.append(dst)
+    copy.user_conf.input_order.append("in")
+    copy.user_conf.output_order.append("out")
+    helper = job.helper
+    helper.lbn2logical_blob_desc[dst].CopyFrom(helper.lbn2logical_blob_desc[src])
+    args = helper.op_name2arg_signature[name].bn_in_op2lbi
+    args["in_0"].op_name, args["in_0"].blob_name = src.split("/")
+    args["out_0"].op_name, args["out_0"].blob_name = name, "out_0"
+    for group in job.placement.placement_group:
+        if producer.name in group.op_set.op_name:
+            group.op_set.op_name.append(name)
+    return copy
+
+
+def _read_from(job: job_pb2.Job, reader: op_conf_pb2.OperatorConf, ibn: str, copy: str) -> None:
+    """Make input `ibn` (`<arg>_<index>`) of user op `reader` read the identity op `copy`."""
+    arg, index = ibn.rsplit("_", 1)
+    reader.user_conf.input[arg].s[int(index)] = f"{copy}/out_0"
+    lbi = job.helper.op_name2arg_signature[reader.name].bn_in_op2lbi[ibn]
+    lbi.op_name, lbi.blob_name = copy, "out_0"
 
 
 def write_signatures(job: job_pb2.Job, planned: Dict[str, Signature]) -> job_pb2.Job:
@@ -115,22 +184,10 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
     if not readers:
         return
     by_name = {op.name: op for op in job.net.op}
-    view, helper = job.job_parallel_view_conf, job.helper
+    view = job.job_parallel_view_conf
     for var, (nd, uses) in readers.items():
-        src, name = f"{var}/out", var + COPY_SUFFIX
-        dst = f"{name}/out_0"
-        copy = job.net.op.add()
-        copy.name, copy.device_tag = name, by_name[var].device_tag
-        copy.scope_symbol_id = by_name[var].scope_symbol_id
-        copy.user_conf.op_type_name = "identity"
-        copy.user_conf.input["in"].s.append(src)
-        copy.user_conf.output["out"].s.append(dst)
-        copy.user_conf.input_order.append("in")
-        copy.user_conf.output_order.append("out")
-        helper.lbn2logical_blob_desc[dst].CopyFrom(helper.lbn2logical_blob_desc[src])
-        args = helper.op_name2arg_signature[name].bn_in_op2lbi
-        args["in_0"].op_name, args["in_0"].blob_name = var, "out"
-        args["out_0"].op_name, args["out_0"].blob_name = name, "out_0"
+        name = var + COPY_SUFFIX
+        _add_identity(job, by_name[var], f"{var}/out", name)
         for bn in ("in_0", "out_0"):
             view.op_name2nd_sbp_signature_conf[name].bn_in_op2nd_sbp[bn].sbp_parallel.extend(
                 to_proto(s) for s in nd
@@ -139,13 +196,8 @@ def _copy_boxed_variables(job: job_pb2.Job, planned: Dict[str, Signature], one_d
                 view.op_name2sbp_signature_conf[name].bn_in_op2sbp_parallel[bn].CopyFrom(
                     to_proto(nd[0])
                 )
-        for group in job.placement.placement_group:
-            if var in group.op_set.op_name:
-                group.op_set.op_name.append(name)
         for op, arg, i in uses:
-            op.user_conf.input[arg].s[i] = dst
-            lbi = helper.op_name2arg_signature[op.name].bn_in_op2lbi[f"{arg}_{i}"]
-            lbi.op_name, lbi.blob_name = name, "out_0"
+            _read_from(job, op, f"{arg}_{i}", name)
 
 
 def compiled_mismatches(compiled: job_pb2.Job, plan: Plan) -> List[str]:

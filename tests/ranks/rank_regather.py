@@ -1,0 +1,72 @@
+"""On ranks: plans that box parameters again per phase (oneflow_autoddl.regather), given to the
+examples' GPT as saved plans and applied by the hook, beside data parallel: a ZeRO-style plan
+gathering each parameter for forward and again for backward, and the plan the planner makes for
+a device that reuses memory under a limit that needs recomputation and the copies (the hook
+retraces the graph with checkpointing and copies again there). The losses, the compiled Job
+against the plan, the copies inserted, and the bytes each rank sends per step against the
+plan's prediction."""
+
+import dataclasses
+import os
+from typing import List
+
+import oneflow_autoddl
+from benchmarks.rank_bench import wchar
+from examples import models
+from oneflow_autoddl.adapter.job import read_job
+from oneflow_autoddl.adapter.writeback import compiled_mismatches
+from oneflow_autoddl.cost.cluster import load_cluster
+from oneflow_autoddl.planner import plan
+from oneflow_autoddl.regather import is_phase_copy, regather_graph
+
+
+def _train(graph, inputs, steps):
+    return [float(graph(*inputs).numpy()) for _ in range(steps)]
+
+
+def _apply(mesh, saved, steps):
+    """Losses, bytes sent per step (after the first) and what compiled, of the saved plan."""
+    path = f"/tmp/autoddl-regather-plan-{os.getpid()}.json"
+    saved.save(path)
+    graph, inputs = models.build("gpt", mesh, plan="autoddl", load_plan=path)
+    losses = _train(graph, inputs, 1)
+    before = wchar()
+    losses += _train(graph, inputs, steps - 1)
+    sent = (wchar() - before) / (steps - 1)
+    os.remove(path)
+    applied = oneflow_autoddl.plan_of(graph)
+    compiled = [op.name for op in graph._compiled_graph_proto.net.op]
+    return {
+        "losses": losses,
+        "sent": sent,
+        "fallback": getattr(graph, "_autoddl_fallback", None),
+        "predicted": applied.predicted.bytes_per_device if applied else None,
+        "mismatches": compiled_mismatches(graph._compiled_graph_proto, applied) if applied else [],
+        "copies": _copies(compiled),
+        "planned_copies": _copies(applied.ops) if applied else [],
+        "recompute": list(applied.recompute) if applied else None,
+    }
+
+
+def run(mesh: str = "2x2", steps: int = 4, cluster: str = "cpu-local", lean: bool = True):
+    dp_graph, inputs = models.build("gpt", mesh, plan="dp")
+    out: dict = {"dp": _train(dp_graph, inputs, steps)}
+    probe, inputs = models.build("gpt", mesh, plan="dp")
+    ir = read_job(probe.build_graph(*inputs)[0])
+    out["zero_once"] = plan(ir, cluster, strategy="zero").predicted.bytes_per_device
+    zero = plan(regather_graph(ir), cluster, strategy="zero")
+    out["zero"] = _apply(mesh, zero, steps)
+    if not lean:
+        return out
+    # a device that reuses memory, at half what the fastest plan holds: the plan recomputes the
+    # blocks and copies per phase (on this GPT; tests/unit/test_regather.py plans the same)
+    reusing = dataclasses.replace(load_cluster(cluster), backend="nccl")
+    fastest = plan(ir, reusing).predicted.peak_memory_per_device
+    planned = plan(ir, reusing, memory_limit=0.5 * fastest)
+    out["lean"] = _apply(mesh, planned, steps)
+    out["lean"]["made"] = {"recompute": planned.recompute, "copies": _copies(planned.ops)}
+    return out
+
+
+def _copies(names) -> List[str]:
+    return sorted(n for n in names if is_phase_copy(n))
