@@ -101,7 +101,7 @@ def plan(
         None if math.isinf(limit) else limit,
         options.transfers_kept,
     )
-    _without_copies(result, recomputed, graph)
+    users_plan(result, recomputed, graph)
     for note in result.notes:
         log.warning(note)
     return result
@@ -215,12 +215,14 @@ def _fits(problem: Problem, x: Assignment, limit: float) -> bool:
     return not math.isfinite(limit) or peak_memory(problem, x).bytes <= limit
 
 
-def _without_copies(plan: Plan, recomputed: List[str], graph: Graph) -> None:
-    """The plan of the user's `graph`: recomputed copies take their originals' signatures where
-    the hook retraces the graph with OneFlow's checkpointing (adapter.recompute), and the phase
-    copies only recomputation makes (of a recomputed block's input, of a parameter only its
-    recomputed forward reads in backward) are made again there; the others stay, as
-    regather.as_planned finds them in the user's graph."""
+def users_plan(plan: Plan, recomputed: List[str], graph: Graph) -> None:
+    """`plan`, made on the user's `graph` with the modules `recomputed` recomputed (and copies
+    per phase, oneflow_autoddl.regather), made the plan of `graph` itself, in place: the
+    recomputed copies are left out, to take their originals' signatures where the hook retraces
+    the graph with OneFlow's checkpointing (adapter.recompute); so are the phase copies only
+    recomputation makes (of a recomputed block's input, of a parameter only its recomputed
+    forward reads in backward), made again there; the others stay, as regather.as_planned finds
+    them in `graph`."""
     if not recomputed:
         return
     kept = set(as_planned(graph, plan.ops).ops)

@@ -43,9 +43,9 @@ def test_a_zero_plan_gathering_per_phase_trains_and_sends_as_predicted(mesh, req
 
 @pytest.mark.ranks
 def test_a_lean_plan_recomputes_and_copies_as_the_hook_carries_it(two_by_two):
-    """Planned for a device that reuses memory at half the fastest plan's peak: every block
-    recomputed and parameters copied per phase; the hook retraces the graph with checkpointing,
-    copies again there (a recomputed block's input too) and trains it."""
+    """ZeRO-style with every block recomputed and parameters copied per phase: the hook retraces
+    the graph with checkpointing, copies again there (a recomputed block's input too) and trains
+    it."""
     lean = two_by_two[0]["lean"]
     assert lean["made"]["recompute"] == ["model.h.0", "model.h.1"]
     assert lean["recompute"] == lean["made"]["recompute"]
