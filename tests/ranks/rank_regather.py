@@ -1,9 +1,9 @@
 """On ranks: plans that box parameters again per phase (oneflow_autoddl.regather), given to the
 examples' GPT as saved plans and applied by the hook, beside data parallel: a ZeRO-style plan
 gathering each parameter for forward and again for backward, and the same with every block
-recomputed (the hook retraces the graph with checkpointing and copies again there). The losses, the compiled Job
-against the plan, the copies inserted, and the bytes each rank sends per step against the
-plan's prediction."""
+recomputed (the hook retraces the graph with checkpointing and copies again there). The losses,
+the compiled Job against the plan, the copies inserted, and the bytes each rank sends per step
+against the plan's prediction."""
 
 import os
 from typing import List

@@ -32,63 +32,44 @@ def cli(*args):
     )
 
 
-def test_gpt3_at_its_training_batch_fits_1024_a100s_with_recompute_in_bf16(tmp_path):
-    """Issue 19's command: GPT-3 175B at batch 1536 on 128 x 8 A100-80GB fits only with mixed
-    precision and recomputation; the plan says both, fits, and is no slower than any expert plan
-    that fits."""
-    out = cli(
-        "plan",
-        *GPT3[:-1],
-        "1536",
-        "--mesh",
-        "128x8",
-        "--cluster",
-        "dgx-a100",
-        "--dtype",
-        "bf16",
-        "--json",
-        str(tmp_path / "p.json"),
-    )
+def gpt3_at_its_training_batch(tmp_path, *args):
+    """Issue 19's command (GPT-3 175B at batch 1536 on 128 x 8 A100-80GB) with `args`: its
+    output, and the plan it wrote, which fits."""
+    path = tmp_path / "p.json"
+    command = [*GPT3[:-1], "1536", "--mesh", "128x8", "--cluster", "dgx-a100", *args]
+    out = cli("plan", *command, "--json", str(path))
     assert out.returncode == 0, out.stderr
     assert "| autoddl" in out.stdout and "| megatron" in out.stdout
-    assert "precision mixed bfloat16" in out.stdout and "recomputed: model.h." in out.stdout
+    assert "recomputed: model.h." in out.stdout
+    plan = json.loads(path.read_text())
+    print(f"\nGPT-3 175B b1536 {args} on 128x8 dgx-a100: search {plan['search_time_s']:.2f} s")
+    assert plan["predicted"]["peak_memory_per_device"] <= plan["memory_limit_bytes"]
+    return out, plan
+
+
+def test_gpt3_at_its_training_batch_fits_1024_a100s_with_recompute_in_bf16(tmp_path):
+    """In mixed precision the plan recomputes the blocks, says so, fits, and is no slower than any
+    expert plan that fits."""
+    out, plan = gpt3_at_its_training_batch(tmp_path, "--dtype", "bf16")
+    assert "precision mixed bfloat16" in out.stdout
     assert "every plan below recomputes the same 95 modules in backward" in out.stdout
-    plan = json.loads((tmp_path / "p.json").read_text())
-    print(f"\nGPT-3 175B b1536 bf16 on 128x8 dgx-a100: search {plan['search_time_s']:.2f} s")
-    limit = plan["memory_limit_bytes"]
-    assert plan["predicted"]["peak_memory_per_device"] <= limit
     assert len(plan["recompute"]) >= 95  # the repeated blocks of 96 (search.ties)
     for name in ("data_parallel", "megatron", "zero"):
         assert plan["baselines"][name]["step_time_s"] > 0
+    limit = plan["memory_limit_bytes"]
     fitting = [b for b in plan["baselines"].values() if b["peak_memory_per_device"] <= limit]
     assert all(plan["predicted"]["step_time_s"] <= b["step_time_s"] for b in fitting)
 
 
 def test_gpt3_at_its_training_batch_fits_1024_a100s_in_fp32_with_recompute_and_copies(tmp_path):
-    """Issue 19's command as written (float32): recomputing the blocks alone finds no plan; with
-    every parameter (and block input) read through a copy per phase, gathered where it is used
-    as ZeRO stage 3 does, a plan fits, slower than Megatron-style, which does not."""
-    out = cli(
-        "plan",
-        *GPT3[:-1],
-        "1536",
-        "--mesh",
-        "128x8",
-        "--cluster",
-        "dgx-a100",
-        "--json",
-        str(tmp_path / "p.json"),
-    )
-    assert out.returncode == 0, out.stderr
-    assert "precision float32" in out.stdout and "recomputed: model.h." in out.stdout
-    assert "copies, one per phase" in out.stdout
-    plan = json.loads((tmp_path / "p.json").read_text())
-    print(f"\nGPT-3 175B b1536 fp32 on 128x8 dgx-a100: search {plan['search_time_s']:.2f} s")
-    limit = plan["memory_limit_bytes"]
-    assert plan["predicted"]["peak_memory_per_device"] <= limit
+    """In float32 (the command as written) recomputing the blocks alone finds no plan; with every
+    parameter (and block input) read through a copy per phase, gathered where it is used as ZeRO
+    stage 3 does, a plan fits, slower than Megatron-style, which does not."""
+    out, plan = gpt3_at_its_training_batch(tmp_path)
+    assert "precision float32" in out.stdout and "copies, one per phase" in out.stdout
     assert any("-autoddl-phase-" in name for name in plan["ops"])
     megatron = plan["baselines"]["megatron"]
-    assert megatron["peak_memory_per_device"] > limit
+    assert megatron["peak_memory_per_device"] > plan["memory_limit_bytes"]
     assert plan["predicted"]["step_time_s"] > megatron["step_time_s"]
 
 
