@@ -1,21 +1,25 @@
-"""Tensors boxed again in backward, as ZeRO stage 3 and recomputation do, on the planner's IR.
+"""Tensors boxed in the phase that uses them, as ZeRO stage 3 and recomputation do, on the IR.
 
 OneFlow 0.9.0 boxes a tensor once for all the readers that take it in one SBP
-(GroupBoxingByDstParallel), so a tensor boxed for readers in forward and in backward is held
-boxed from its first reader to its last: a parameter split over the data-parallel axis and
-gathered for its products is held gathered over the whole step (every layer's weights at once
-at the end of the forward pass), and a recomputed block's input boxed for its first op until
-that block is recomputed. ZeRO stage 3 gathers a parameter where it is used and frees it after;
+(GroupBoxingByDstParallel), and a tensor's own blob lives until its last consumer, so a tensor
+boxed for readers far apart is held, boxed or as made, from its producer to its last reader: a
+parameter split over the data-parallel axis and gathered for its products is held gathered over
+the whole step (every layer's weights at once at the end of the forward pass), a recomputed
+block's input boxed for its first op until that block is recomputed, and a weight gradient, made
+whole and reduced for a sharded update, until the update at the end of the step. ZeRO stage 3
+gathers a parameter where it is used and frees it after, and reduces a gradient as it is made;
 Megatron-LM gathers a recomputed block's input again when it recomputes the block.
 
-`regather_graph` gives the readers of each phase (forward; backward, with the recomputed
-forward) their own identity op reading the tensor, placed right before the phase's first
-reader: for every parameter, a copy per phase; for a tensor recomputed ops read in backward and
-other ops in forward (a recomputed block's input), a copy for the backward readers. The copies
-are ordinary ops the search gives signatures to: a copy taking the tensor as stored boxes it for
-its phase alone (held over that phase, sent once more); taking it in the SBP its readers want,
-the tensor is boxed once for all, as without copies. The write-back inserts the same identity
-ops into the Job (adapter.writeback).
+`regather_graph` gives the readers of each phase their own identity op reading the tensor: for
+every parameter, a copy per phase (forward; backward, with the recomputed forward), right before
+the phase's first reader; for a tensor recomputed ops read in backward and other ops in forward
+(a recomputed block's input), a copy for the backward readers, right before the first; for a
+gradient, a copy for the updates reading it, right after its producer. The copies are ordinary
+ops the search gives signatures to: a copy taking the tensor as made boxes it for its phase
+alone (held over that phase, sent once more for a parameter); a gradient's copy taking it in the
+update's SBP reduces it at once (its own blob freed there, the same bytes); a copy taking what
+its readers take changes nothing but a blob. The write-back inserts the same identity ops into
+the Job (adapter.writeback).
 """
 
 from dataclasses import replace
@@ -26,14 +30,20 @@ from .recompute import forward_pass
 from .sbp import Signature
 
 PHASES = ("forward", "backward")
+UPDATE = "update"  # a gradient's copy for the updates reading it
 PHASE_COPY_INFIX = "-autoddl-phase-"
 
 Readers = List[Tuple[str, str]]  # (op, input) pairs
 
 
-def phase_copy_name(lbn: str, phase: str) -> str:
+def phase_copy_name(lbn: str, phase: str, readers: Readers) -> str:
     """The copy of tensor `lbn` for `phase`: named after its producer (and its output, where the
-    producer is not a variable)."""
+    producer is not a variable); a gradient's copy for its update after the update and its
+    input, which keep their names when the graph is traced again (adapter.recompute matches ops
+    by name)."""
+    if phase == UPDATE:
+        reader, ibn = readers[0]
+        return f"{reader}-{ibn}{PHASE_COPY_INFIX}{phase}"
     producer, obn = lbn.split("/")
     base = producer if obn == "out" else f"{producer}-{obn}"
     return f"{base}{PHASE_COPY_INFIX}{phase}"
@@ -54,21 +64,26 @@ def as_planned(graph: Graph, names: Iterable[str]) -> Graph:
 
 
 def regather_graph(graph: Graph) -> Graph:
-    """`graph` with the copies of the module doc; each goes right before its first reader."""
+    """`graph` with the copies of the module doc; each goes right before its first reader, but a
+    gradient's copy for its update, which goes right after the gradient's producer."""
     forward = forward_pass(graph)
     position = {name: i for i, name in enumerate(graph.ops)}
     ops = dict(graph.ops)
     tensors = {lbn: replace(t, consumers=[]) for lbn, t in graph.tensors.items()}
-    before: Dict[str, List[str]] = {}  # first reader of a phase -> the copies that go before it
+    before: Dict[str, List[str]] = {}  # an op -> the copies that go right before it
+    after: Dict[str, List[str]] = {}  # an op -> the copies that go right after it
     for op in graph.ops.values():
         for lbn in op.outputs.values():
             for phase, readers in _copied(graph, op, lbn, forward, position).items():
-                copy = _phase_copy(op, lbn, phase, tensors)
+                copy = _phase_copy(op, lbn, phase, readers, tensors)
                 for name, ibn in readers:
                     ops[name] = _reading(ops[name], ibn, copy.outputs["out_0"])
                 ops[copy.name] = copy
-                before.setdefault(readers[0][0], []).append(copy.name)
-    order = [m for n in graph.ops for m in before.get(n, []) + [n]]
+                if phase == UPDATE:
+                    after.setdefault(op.name, []).append(copy.name)
+                else:
+                    before.setdefault(readers[0][0], []).append(copy.name)
+    order = [m for n in graph.ops for m in before.get(n, []) + [n] + after.get(n, [])]
     return Graph(graph.name, [ops[n] for n in order], tensors.values())
 
 
@@ -77,7 +92,14 @@ def _copied(
 ) -> Dict[str, Readers]:
     """phase -> the readers of tensor `lbn` that read it through that phase's copy, in the
     graph's order: every phase of a parameter's readers; the backward readers of a tensor that
-    recomputed ops and forward ops both read."""
+    recomputed ops and forward ops both read; the updates reading a gradient."""
+    if producer.role == "backward":
+        updates = [
+            (name, ibn)
+            for name, ibn in graph.tensor(lbn).consumers
+            if graph.op(name).role == "optimizer" and graph.op(name).placement == producer.placement
+        ]
+        return {UPDATE: updates} if updates else {}
     phases = _readers_by_phase(graph, producer, lbn, forward, position)
     if producer.role == "variable":
         return phases
@@ -117,8 +139,10 @@ def _reading(op: Op, ibn: str, lbn: str) -> Op:
     )
 
 
-def _phase_copy(producer: Op, lbn: str, phase: str, tensors: Dict[str, Tensor]) -> Op:
-    name = phase_copy_name(lbn, phase)
+def _phase_copy(
+    producer: Op, lbn: str, phase: str, readers: Readers, tensors: Dict[str, Tensor]
+) -> Op:
+    name = phase_copy_name(lbn, phase, readers)
     source = tensors[lbn]
     out = f"{name}/out_0"
     tensors[out] = Tensor(out, source.shape, source.dtype, name, "out_0")
@@ -133,7 +157,7 @@ def _phase_copy(producer: Op, lbn: str, phase: str, tensors: Dict[str, Tensor]) 
         {"out_0": out},
         producer.placement,
         {},
-        phase,
+        PHASES[1] if phase == UPDATE else phase,
         producer.scope,
         native,
     )

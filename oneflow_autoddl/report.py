@@ -100,8 +100,9 @@ def summary(plan: Plan) -> str:
     if copies:
         lines.append(
             f"every plan below reads tensors through {len(copies)} copies, one per phase "
-            "(forward, backward), so that a tensor its readers box is boxed for each phase and "
-            "freed after it (as ZeRO stage 3 gathers a parameter where it is used)"
+            "(forward, backward, update), so that a tensor its readers box is boxed in the phase "
+            "that reads it and freed after (as ZeRO stage 3 gathers a parameter where it is used "
+            "and reduces a gradient as it is made)"
         )
     lines.append(comparison_table(plan))
     lines += [f"note: {n}" for n in plan.notes]

@@ -162,24 +162,32 @@ def zero(problem: Problem) -> List[int]:
 
 def _copies_follow(problem: Problem, x: List[int]) -> List[int]:
     """x with every phase copy (oneflow_autoddl.regather) taking its tensor in the SBP it is
-    stored in, so that each phase gathers it for itself, as ZeRO stage 3 does."""
+    stored in, so that each phase gathers it for itself, as ZeRO stage 3 does; but a gradient's
+    copy for its update in the SBP the update takes it in, so that it is reduced as it is made."""
+    graph = problem.graph
     for v, members in enumerate(problem.var_units):
         unit = problem.units[members[0]]
         if not problem.is_free(v) or not all(is_phase_copy(n) for n in unit.ops):
             continue
-        graph = problem.graph
-        stored = []
-        for name in unit.ops:
-            t = graph.tensor(graph.op(name).inputs["in_0"])
-            stored.append(problem.signature(t.producer, x)[t.obn])
+        wanted = [_copy_wants(problem, graph.op(name), x) for name in unit.ops]
         same = [
             k
             for k, joint in enumerate(unit.candidates)
-            if all(sig["in_0"] == nd for sig, nd in zip(joint, stored))
+            if all(sig["in_0"] == nd for sig, nd in zip(joint, wanted))
         ]
         if same:
             x[v] = same[0]
     return x
+
+
+def _copy_wants(problem: Problem, copy: Op, x: List[int]) -> NdSbp:
+    graph = problem.graph
+    readers = graph.tensor(copy.outputs["out_0"]).consumers
+    if readers and all(graph.op(c).role == "optimizer" for c, _ in readers):
+        reader, ibn = readers[0]
+        return problem.signature(reader, x)[ibn]
+    t = graph.tensor(copy.inputs["in_0"])
+    return problem.signature(t.producer, x)[t.obn]
 
 
 def _leanest(problem: Problem, x: List[int], v: int, ks: List[int]) -> int:

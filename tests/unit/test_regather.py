@@ -12,6 +12,7 @@ from oneflow_autoddl.planner import _leaner, plan
 from oneflow_autoddl.recompute import forward_pass, recompute_graph
 from oneflow_autoddl.regather import (
     PHASES,
+    UPDATE,
     as_planned,
     is_phase_copy,
     phase_copy_name,
@@ -46,7 +47,8 @@ def test_each_phase_reads_a_parameter_through_its_own_copy(gpt):
             if gpt.op(c).role in PHASES
         ]
         for name, ibn in readers:
-            copy = phase_copy_name(var.outputs["out"], _phase_of(gpt, name, forward))
+            phase = _phase_of(gpt, name, forward)
+            copy = phase_copy_name(var.outputs["out"], phase, [(name, ibn)])
             assert lean.op(name).inputs[ibn] == lean.op(copy).outputs["out_0"]
             assert lean.op(copy).inputs == {"in_0": var.outputs["out"]}
             assert order.index(copy) < order.index(name)
@@ -64,7 +66,9 @@ def test_a_recomputed_blocks_input_is_copied_for_its_backward_readers(gpt):
     activation_copies = [
         n
         for n, op in lean.ops.items()
-        if is_phase_copy(n) and lean.op(lean.tensor(op.inputs["in_0"]).producer).role != "variable"
+        if is_phase_copy(n)
+        and not n.endswith(UPDATE)
+        and lean.op(lean.tensor(op.inputs["in_0"]).producer).role != "variable"
     ]
     assert activation_copies
     for name in activation_copies:
@@ -77,18 +81,45 @@ def test_a_recomputed_blocks_input_is_copied_for_its_backward_readers(gpt):
     assert regather_graph(gpt).ops.keys().isdisjoint(activation_copies)
 
 
+def test_a_gradient_is_copied_for_its_update_right_after_it_is_made(gpt):
+    lean = regather_graph(gpt)
+    order = list(lean.ops)
+    updates = [op for op in gpt.ops.values() if op.role == "optimizer"]
+    copied = 0
+    for update in updates:
+        for ibn, lbn in update.inputs.items():
+            producer = gpt.op(gpt.tensor(lbn).producer)
+            if producer.role != "backward" or producer.placement != update.placement:
+                continue
+            copy = phase_copy_name(lbn, UPDATE, [(update.name, ibn)])
+            assert lean.op(update.name).inputs[ibn] == lean.op(copy).outputs["out_0"]
+            assert lean.op(copy).inputs == {"in_0": lbn}
+            assert order.index(copy) == order.index(producer.name) + 1 or all(
+                is_phase_copy(n) for n in order[order.index(producer.name) + 1 : order.index(copy)]
+            )
+            copied += 1
+    assert copied >= len([v for v in gpt.ops.values() if v.role == "variable"]) // 3
+
+
 def test_zero_with_copies_gathers_each_phase_and_frees_the_gathered_weights(gpt):
     """ZeRO-style on the graph with copies gathers each parameter for forward and again for
-    backward: more bytes, and (where memory is reused) less held at the peak than ZeRO-style
-    gathering once for every reader."""
+    backward, and reduces each gradient as it is made: more bytes, and (where memory is reused)
+    less held at the peak than ZeRO-style gathering once for every reader."""
     cluster = load_cluster("dgx-a100")
     once, twice = build_problem(gpt, cluster), build_problem(regather_graph(gpt), cluster)
     x_once, x_twice = baselines.zero(once), baselines.zero(twice)
-    for name in twice.graph.ops:
-        if is_phase_copy(name):
-            source = twice.graph.tensor(twice.graph.op(name).inputs["in_0"])
-            stored = twice.signature(source.producer, x_twice)[source.obn]
-            assert twice.signature(name, x_twice)["in_0"] == stored
+    graph = twice.graph
+    for name in graph.ops:
+        if not is_phase_copy(name):
+            continue
+        readers = graph.tensor(graph.op(name).outputs["out_0"]).consumers
+        if name.endswith(UPDATE):
+            reader, ibn = readers[0]
+            wanted = twice.signature(reader, x_twice)[ibn]
+        else:
+            source = graph.tensor(graph.op(name).inputs["in_0"])
+            wanted = twice.signature(source.producer, x_twice)[source.obn]
+        assert twice.signature(name, x_twice)["in_0"] == wanted
     assert twice.evaluate(x_twice).bytes_per_device > 1.2 * once.evaluate(x_once).bytes_per_device
     assert peak_memory(twice, x_twice).bytes < peak_memory(once, x_once).bytes
 
