@@ -34,6 +34,7 @@ def _apply(mesh, saved, steps):
     os.remove(path)
     applied = oneflow_autoddl.plan_of(graph)
     compiled = [op.name for op in graph._compiled_graph_proto.net.op]
+    waiting = [op.name for op in graph._compiled_graph_proto.net.op if op.ctrl_in_op_name]
     return {
         "losses": losses,
         "sent": sent,
@@ -41,6 +42,7 @@ def _apply(mesh, saved, steps):
         "predicted": applied.predicted.bytes_per_device if applied else None,
         "mismatches": compiled_mismatches(graph._compiled_graph_proto, applied) if applied else [],
         "copies": _copies(compiled),
+        "waiting": _copies(waiting),  # the copies that wait for the op before them
         "planned_copies": _copies(applied.ops) if applied else [],
         "recompute": list(applied.recompute) if applied else None,
     }

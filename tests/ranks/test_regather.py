@@ -26,6 +26,7 @@ def _check_applied(results, key):
     extra = set(first["copies"]) - set(first["planned_copies"])
     assert set(first["planned_copies"]) <= set(first["copies"])
     assert all(name.startswith("Sys-Boxing-GroupIdentity-") for name in extra), extra
+    assert set(first["planned_copies"]) <= set(first["waiting"])
     np.testing.assert_allclose(first["losses"], results[0]["dp"], rtol=1e-4)
     measured = np.mean([r[key]["sent"] for r in results])
     print(f"\n{key}: predicted {first['predicted']:.0f}, measured {measured:.0f} bytes/rank/step")
