@@ -13,9 +13,14 @@ from benchmarks.rank_bench import wchar
 from examples import models
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.writeback import compiled_mismatches
+from oneflow_autoddl.assemble import assemble
+from oneflow_autoddl.cost.cluster import load_cluster
+from oneflow_autoddl.plan import Plan
 from oneflow_autoddl.planner import plan, users_plan
 from oneflow_autoddl.recompute import recompute_graph
 from oneflow_autoddl.regather import is_phase_copy, regather_graph
+from oneflow_autoddl.search import baselines
+from oneflow_autoddl.search.problem import build_problem
 
 
 def _train(graph, inputs, steps):
@@ -56,6 +61,7 @@ def run(mesh: str = "2x2", steps: int = 4, cluster: str = "cpu-local", lean: boo
     out["zero_once"] = plan(ir, cluster, strategy="zero").predicted.bytes_per_device
     zero = plan(regather_graph(ir), cluster, strategy="zero")
     out["zero"] = _apply(mesh, zero, steps)
+    out["through"] = _apply(mesh, _gathered_through_copies(regather_graph(ir), cluster), steps)
     if not lean:
         return out
     # blocks recomputed and ZeRO-style with copies, as the planner gives it to the user's graph
@@ -67,6 +73,23 @@ def run(mesh: str = "2x2", steps: int = 4, cluster: str = "cpu-local", lean: boo
     out["lean"] = _apply(mesh, lean, steps)
     out["lean"]["made"] = {"recompute": lean.recompute, "copies": _copies(lean.ops)}
     return out
+
+
+def _gathered_through_copies(graph, cluster: str) -> Plan:
+    """ZeRO-style with each copy taking the parameter in the SBP its readers take: the
+    parameter (split) is boxed once for both copies, through the write-back's local copy of a
+    split variable, as without copies."""
+    problem = build_problem(graph, load_cluster(cluster))
+    x = baselines.zero(problem)
+    for v, members in enumerate(problem.var_units):
+        unit = problem.units[members[0]]
+        if len(unit.ops) != 1 or not is_phase_copy(unit.ops[0]):
+            continue
+        out = graph.op(unit.ops[0]).outputs["out_0"]
+        reader, ibn = graph.tensor(out).consumers[0]
+        wanted = problem.signature(reader, x)[ibn]
+        x[v] = next((k for k, (sig,) in enumerate(unit.candidates) if sig["in_0"] == wanted), x[v])
+    return assemble(problem, x, {}, 0.0)
 
 
 def _copies(names) -> List[str]:

@@ -43,6 +43,16 @@ def test_a_zero_plan_gathering_per_phase_trains_and_sends_as_predicted(mesh, req
 
 
 @pytest.mark.ranks
+def test_copies_taking_what_their_readers_take_box_the_parameter_once(two_by_two):
+    """A split parameter its copies read gathered is boxed once, through the write-back's local
+    copy of a split variable, as without copies: about the bytes of ZeRO-style gathering once."""
+    _check_applied(two_by_two, "through")
+    through = two_by_two[0]["through"]["predicted"]
+    assert through == pytest.approx(two_by_two[0]["zero_once"], rel=0.05)
+    assert through < two_by_two[0]["zero"]["predicted"]
+
+
+@pytest.mark.ranks
 def test_a_lean_plan_recomputes_and_copies_as_the_hook_carries_it(two_by_two):
     """ZeRO-style with every block recomputed and parameters copied per phase: the hook retraces
     the graph with checkpointing, copies again there (a recomputed block's input too) and trains
