@@ -147,7 +147,10 @@ def _autoddl(
         log.info("the memory limit binds: also planning with %s", what)
         redone = make(lean())
         redone_starts = seeds(redone)
-        y, _ = _search_within(redone, redone_starts, limit, options, executor, held)
+        # after a step that found no plan, the fastest plan of this graph (its copies taking
+        # what their readers take compute as that step's graph) does not fit either
+        binds = error is not None
+        y, _ = _search_within(redone, redone_starts, limit, options, executor, held, binds)
         if isinstance(y, PlanningError):
             error = y
             continue
@@ -197,16 +200,17 @@ def _search_within(
     options: SearchOptions,
     executor: Executor,
     held: bool,
+    binds: bool = False,
 ) -> Tuple[Union[Assignment, PlanningError], bool]:
     """(the search's plan, whether the memory limit bound it: the fastest plan did not fit);
-    (the error, True) where none fits (`search`'s PlanningError). Where the descents are not
-    worth splitting (search.descend.worth_splitting), one worker of `executor` searches alone
-    and the others take its result, the error too."""
+    (the error, True) where none fits (`search`'s PlanningError). `binds`: see `search`. Where
+    the descents are not worth splitting (search.descend.worth_splitting), one worker of
+    `executor` searches alone and the others take its result, the error too."""
     if executor is not SERIAL and not worth_splitting(problem, options):
-        alone = [(problem, starts, limit, options, SERIAL, held)]
+        alone = [(problem, starts, limit, options, SERIAL, held, binds)]
         return executor.map(lambda task: _search_within(*task), alone)[0]
     try:
-        return search(problem, starts, limit, options, executor, held)
+        return search(problem, starts, limit, options, executor, held, binds)
     except PlanningError as e:
         return e, True
 
@@ -238,13 +242,16 @@ def search(
     options: SearchOptions,
     executor: Executor,
     held: bool = False,
+    binds: bool = False,
 ) -> Tuple[Assignment, bool]:
     """(the fastest plan whose peak memory per device is within `limit` bytes, from `starts`
     and the flat seed; whether the limit bound it: the fastest plan found did not fit). A
     PlanningError where no plan can fit (search.fit.check_fits) or none found does (naming the
-    leanest found, search.fit.none_found)."""
+    leanest found, search.fit.none_found). Where the limit is known to bind (`binds`: no plan
+    of a graph computing the same fits) or no start fits, the fastest plan regardless of memory
+    is only picked, not refined, before the memory fit (refined only if it fits after all)."""
     experts = list(starts.values())
-    bound = not any(_fits(problem, x, limit) for x in experts)  # no start fits: the limit binds
+    bound = binds or not any(_fits(problem, x, limit) for x in experts)
     memory = None  # what every candidate holds when: built only when it matters
     if bound:
         memory = Memory(problem)  # first see whether any plan can fit
