@@ -27,7 +27,7 @@ from .errors import PlanningError
 from .gc_pause import gc_paused
 from .ir import Graph
 from .plan import Plan
-from .recompute import recompute_graph
+from .recompute import recomputable, recompute_graph
 from .regather import as_planned, regather_graph
 from .search import baselines
 from .search.descend import worth_splitting
@@ -172,7 +172,7 @@ def _leaner(
     if not cluster.reuses_memory:
         return []
     out: List[Tuple[Callable[[], Graph], List[str], str]] = []
-    blocks = repeated_blocks(graph) if options.recompute else []
+    blocks = recomputable(graph, repeated_blocks(graph)) if options.recompute else []
 
     def recomputed() -> Graph:
         return recompute_graph(graph, blocks) if blocks else graph

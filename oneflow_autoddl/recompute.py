@@ -75,6 +75,13 @@ def recomputed_ops(graph: Graph, scope: str, forward: Optional[Set[str]] = None)
     ]
 
 
+def recomputable(graph: Graph, scopes: Sequence[str]) -> List[str]:
+    """The modules of `scopes` that have forward ops the pass copies (a module of normalization
+    ops alone, e.g. a BatchNorm, has none: recompute_graph refuses it)."""
+    members = _members(graph, scopes, forward_pass(graph))
+    return [scope for scope in scopes if members[scope]]
+
+
 def recompute_graph(graph: Graph, scopes: Sequence[str]) -> Graph:
     """`graph` with the modules at `scopes` recomputed in backward, as OneFlow's pass rewrites the
     Job (see the module doc); a scope with no backward reader is left as it is. The copies of a

@@ -103,3 +103,28 @@ def test_the_items_of_a_recomputed_module_give_the_recomputed_timelines_peak(gpt
         if name == "data_parallel":
             assert found == exact
         assert found == pytest.approx(exact, rel=0.16), name
+
+
+def test_a_module_of_normalization_alone_is_not_recomputable():
+    """OneFlow's pass copies no normalization op, so a repeated BatchNorm module (as VGG11-BN's
+    features.9, 12, ... are) has nothing to recompute: recomputable leaves it out, and the
+    planner's ladder never asks recompute_graph for it (which refuses it)."""
+    from oneflow_autoddl.recompute import recomputable
+    from tests.irkit import Kit
+
+    kit = Kit()
+    x = kit.input("x", (8, 16))
+    for i in range(2):
+        x = kit.unary(f"m.act.{i}", "relu", kit.linear(f"m.fc.{i}", x, 16))
+        gamma = kit.variable(f"m.bn.{i}.weight", (16,))
+        x = kit.op(
+            f"m.bn.{i}-normalization-{len(kit.ops)}",
+            "normalization",
+            {"x_0": x, "gamma_0": gamma},
+            {"y_0": (8, 16)},
+        )["y_0"]
+    kit.output("out", x)
+    graph = kit.graph()
+    assert recomputable(graph, ["m.fc.0", "m.bn.0", "m.fc.1", "m.bn.1"]) == ["m.fc.0", "m.fc.1"]
+    with pytest.raises(PlanningError, match="no forward op of module 'm.bn.0'"):
+        recompute_graph(graph, ["m.bn.0"])
