@@ -15,6 +15,7 @@ the leanest plan needs, or what the leanest found holds where one might exist th
 did not reach.
 """
 
+import functools
 import logging
 import math
 import time
@@ -174,6 +175,7 @@ def _leaner(
     out: List[Tuple[Callable[[], Graph], List[str], str]] = []
     blocks = recomputable(graph, repeated_blocks(graph)) if options.recompute else []
 
+    @functools.lru_cache(maxsize=None)  # both steps start from it
     def recomputed() -> Graph:
         return recompute_graph(graph, blocks) if blocks else graph
 
