@@ -185,17 +185,7 @@ def _rewired(op: Op, names: Set[str], tensors: Dict[str, Tensor]) -> Op:
         bn: _fake_lbn(lbn) if tensors[lbn].producer in names else lbn
         for bn, lbn in op.inputs.items()
     }
-    return Op(
-        op.name,
-        op.type,
-        inputs,
-        dict(op.outputs),
-        op.placement,
-        op.attrs,
-        op.role,
-        op.scope,
-        op.native,
-    )
+    return replace(op, inputs=inputs, outputs=dict(op.outputs))
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,8 @@ def regather_graph(graph: Graph) -> Graph:
             for phase, readers in _copied(graph, op, lbn, forward, position).items():
                 copy = _phase_copy(op, lbn, phase, readers, tensors)
                 for name, ibn in readers:
-                    ops[name] = _reading(ops[name], ibn, copy.outputs["out_0"])
+                    inputs = {**ops[name].inputs, ibn: copy.outputs["out_0"]}
+                    ops[name] = replace(ops[name], inputs=inputs)
                 ops[copy.name] = copy
                 if phase == UPDATE:
                     after.setdefault(op.name, []).append(copy.name)
@@ -123,20 +124,6 @@ def _readers_by_phase(
         in_forward = name in forward and not name.startswith(CHECKPOINT_COPY_PREFIX)
         phases.setdefault(PHASES[0] if in_forward else PHASES[1], []).append((name, ibn))
     return {p: sorted(r, key=lambda c: position[c[0]]) for p, r in phases.items()}
-
-
-def _reading(op: Op, ibn: str, lbn: str) -> Op:
-    return Op(
-        op.name,
-        op.type,
-        {**op.inputs, ibn: lbn},
-        op.outputs,
-        op.placement,
-        op.attrs,
-        op.role,
-        op.scope,
-        op.native,
-    )
 
 
 def _phase_copy(

@@ -60,7 +60,7 @@ def with_phase_copies(job: job_pb2.Job, names: Set[str]) -> job_pb2.Job:
     missing = sorted(names - set(lean.ops))
     if missing:
         raise InvalidPlan(
-            f"the plan copies tensors the Job does not read in two phases ({missing[:3]}): "
+            f"the plan has phase copies this Job has no place for ({missing[:3]}): "
             "plan this Job again"
         )
     out = job_pb2.Job()

@@ -202,8 +202,7 @@ def _leanest(problem: Problem, x: List[int], v: int, ks: List[int]) -> int:
 
 def _passes_on(op: Op) -> bool:
     """A cast (mixed precision reads a parameter through its cast to half, oneflow_autoddl.amp)
-    or a phase's copy of a parameter (oneflow_autoddl.regather): what it reads is what its
-    readers read."""
+    or a phase copy (oneflow_autoddl.regather): what it reads is what its readers read."""
     return op.type == "cast" or is_phase_copy(op.name)
 
 

@@ -73,10 +73,11 @@ class SearchOptions:
     # backward, as OneFlow's activation checkpointing does, and search that graph
     # (oneflow_autoddl.recompute): a block then holds its inputs only, for one more forward.
     recompute: bool = True
-    # Where no plan fits and the device reuses memory, give the readers of each phase their own
-    # copy of a parameter (and of a recomputed block's input), so that it is boxed for that
-    # phase alone and freed after, as ZeRO stage 3 gathers a parameter where it is used
-    # (oneflow_autoddl.regather): held for less of the step, sent once per phase.
+    # Where recomputing finds no plan and the device reuses memory, give the readers of each
+    # phase their own copy of a parameter (and of a recomputed block's input, and the updates
+    # one of a gradient), so that it is boxed in the phase that reads it and freed after, as
+    # ZeRO stage 3 gathers a parameter where it is used and reduces a gradient as it is made
+    # (oneflow_autoddl.regather): held for less of the step, a parameter sent once per phase.
     regather: bool = True
 
     # -- the report --------------------------------------------------------------------------
