@@ -7,9 +7,8 @@ objective, the starts it ranks best among all found so far descend to convergenc
 """
 
 import logging
-import weakref
 from functools import partial
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from ..cost.cluster import Cluster
 from .descent import Descent
@@ -21,7 +20,6 @@ from .problem import SERIAL, Price, Problem, Weights
 log = logging.getLogger(__name__)
 
 Assignment = List[int]
-_DESCENTS: "weakref.WeakKeyDictionary[Problem, Dict[tuple, Descent]]" = weakref.WeakKeyDictionary()
 
 
 def objectives(cluster: Cluster, options: Optional[SearchOptions] = None) -> List[Weights]:
@@ -46,7 +44,7 @@ def descent(
     problem shares those of the first. Those of a price per time step are kept only until
     another such price's is made, as Problem keeps its tables: the search moves on from such a
     price, never back, and each holds its own priced tables."""
-    made = _DESCENTS.setdefault(problem, {})
+    made = problem.descents
     key = (memory_weight, weights, options.max_group_vars, options.max_table_entries)
     if key not in made:
         first = next(iter(made.values()), None)

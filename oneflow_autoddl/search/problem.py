@@ -48,6 +48,7 @@ from .ties import tie_ops
 from .units import Unit, build_units, fill_candidates
 
 if TYPE_CHECKING:
+    from .descent import Descent
     from .memory import PeakIndex
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,9 @@ class Problem:
         self._boxing: Dict[tuple, Tuple[np.ndarray, np.ndarray]] = {}
         self.peaks: Dict[Tuple[int, ...], Peak] = {}  # search.memory.peak_memory's, by plan
         self.peak_index: Optional[PeakIndex] = None  # peak_memory's, made on first use
+        # search.descend's Descents, by price, weights and group limits: kept with the problem,
+        # so that they go when it goes (a Descent refers to its problem)
+        self.descents: Dict[tuple, Descent] = {}
         self._make_vars(hold or {}, tie)
         self._make_unary()
         self._make_ends()

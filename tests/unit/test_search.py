@@ -1,6 +1,7 @@
 """The search: exact against exhaustive enumeration on small graphs, memory, baselines,
 determinism."""
 
+import gc
 import itertools
 import logging
 
@@ -380,6 +381,14 @@ def test_objective_of_a_training_graph_on_2x2_is_its_evaluation(cpu):
 def test_search_is_deterministic(cpu):
     a, b = plan(chain((2, 2), 3), cpu), plan(chain((2, 2), 3), cpu)
     assert a.signatures() == b.signatures()
+
+
+def test_a_plan_leaves_nothing_of_its_search_alive(cpu):
+    """A process that plans many graphs (a benchmark, a long-lived trainer) keeps none of their
+    problems: what the search keeps per problem goes with it, once the collector runs."""
+    plan(chain((2, 2), 3), cpu)
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, Problem)]
 
 
 def test_plan_is_no_worse_than_any_seed(cpu):
