@@ -34,6 +34,7 @@ from .search import baselines
 from .search.descend import worth_splitting
 from .search.executor import SERIAL, Executor
 from .search.fit import (
+    BOUND_SLACK,
     Memory,
     check_fits,
     descend_and_pick,
@@ -51,7 +52,6 @@ from .search.ties import repeated_blocks
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("autoddl",) + tuple(baselines.BASELINES)
-BOUND_SLACK = 1.2  # the memory items' peak over the exact one, at most (search.memory)
 Assignment = List[int]
 
 

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 Assignment = List[int]
 PRICE_STEP = 8.0  # a memory round's price scale over the last round's (fit_memory)
+BOUND_SLACK = 1.2  # the memory items' peak over the exact one, at most (search.memory)
 
 
 def _gib(x: float) -> str:
@@ -159,6 +160,26 @@ def _first_price(problem: Problem, best: Assignment, usage: np.ndarray, over: np
     return max(problem.objective(best), 1e-12) / max(float(np.dot(over, usage)), 1.0)
 
 
+def _round(
+    problem: Problem,
+    starts: List[Assignment],
+    prices: StepPrices,
+    limit: float,
+    memory: Memory,
+    options: SearchOptions,
+    executor: Executor,
+) -> Assignment:
+    """A memory round's plan: the descents' from `starts` at `prices`, refined (search.select)
+    where one of those or of the starts might fit `limit` (its items' bound within BOUND_SLACK
+    of it); else the least by the priced objective, a start for the next round's dearer price.
+    A refine weighs plans by their exact schedules, which a round that cannot fit has no use
+    for (on GPT-3 175B they were most of such a round's time)."""
+    found = _descents(problem, starts, prices, options, executor)
+    if any(memory.usage(y).max() <= limit * BOUND_SLACK for y in found + starts):
+        return refine(problem, found, starts, prices, options, executor)
+    return min(found + starts, key=lambda y: problem.objective(y, prices))
+
+
 def fit_memory(
     problem: Problem,
     best: Assignment,
@@ -174,9 +195,9 @@ def fit_memory(
     PRICE_STEP times the last round's, and keeps the earlier rounds' prices as they were: the
     prices follow the steps the latest plans overfill, and the steps only the first plans
     overfilled (starts can overfill every step) do not keep an item held all step dearer than
-    a larger one held for a few. The rounds refine without the moves to fewer bytes: they look
-    for a price at which some plan fits, and the bytes tie only chooses among plans that do (the
-    bisections refine with the moves)."""
+    a larger one held for a few. The rounds look for a price at which some plan fits: they
+    refine only where a plan might (`_round`), and without the moves to fewer bytes, since the
+    bytes tie only chooses among plans that fit (the bisections refine with the moves)."""
     memory = memory or Memory(problem)
     rounds = replace(options, byte_moves_taken=0)
     if memory.peak(best) <= limit:
@@ -188,7 +209,7 @@ def fit_memory(
     leanest = (memory.peak(best), best)
     for _ in range(options.penalty_rounds):
         prices = memory.prices(hi * over)
-        x = descend_and_refine(problem, [x, best, lean], prices, rounds, executor)
+        x = _round(problem, [x, best, lean], prices, limit, memory, rounds, executor)
         usage, peak = memory.usage(x), memory.peak(x)
         leanest = min(leanest, (peak, x))
         log.debug("memory price %.3g: peak %s", hi, _gib(peak))
