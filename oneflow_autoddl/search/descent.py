@@ -10,6 +10,7 @@ A problem without module scopes (search.factors.FactorGraph) brings its own grou
 """
 
 import logging
+import weakref
 from operator import itemgetter
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -121,8 +122,11 @@ class Descent:
         """`groups`: those of an earlier Descent of the same problem (they depend on its structure
         only, not on the memory price or the weights), so that they are not found again;
         `programs`: their groups' elimination programs (which depend on the structure only).
-        A Descent keeps the optima it finds, so a later run under the same prices reuses them."""
-        self.problem = problem
+        A Descent keeps the optima it finds, so a later run under the same prices reuses them.
+        It refers to its problem weakly: the problem keeps its Descents (Problem.descents), and a
+        cycle between them would leave every problem for the cyclic collector to find and free
+        after planning, slower than reference counting frees it as planning returns."""
+        self.problem = weakref.proxy(problem)
         self.unary = problem.unary(memory_weight)
         self.tables = problem.tables(weights, memory_weight)
         self.memory_weight = memory_weight

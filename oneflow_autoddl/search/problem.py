@@ -152,7 +152,7 @@ class Problem:
         self.peaks: Dict[Tuple[int, ...], Peak] = {}  # search.memory.peak_memory's, by plan
         self.peak_index: Optional[PeakIndex] = None  # peak_memory's, made on first use
         # search.descend's Descents, by price, weights and group limits: kept with the problem,
-        # so that they go when it goes (a Descent refers to its problem)
+        # so that they go when it goes (a Descent refers to its problem weakly)
         self.descents: Dict[tuple, Descent] = {}
         self._make_vars(hold or {}, tie)
         self._make_unary()
