@@ -6,6 +6,7 @@ import gc
 import hashlib
 import importlib
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -106,6 +107,77 @@ def native_pass_seconds(
             break
     added = [n - d for n, d in zip(seconds["native"], seconds["dp"])]
     return statistics.median(added), statistics.median(seconds["dp"])
+
+
+# OneFlow 0.9.0 logs each compile pass's time at glog verbosity 1 (cost_util.h), e.g.
+# [count log]{"loc":"[GraphCompile]TrainGraph_0 AutoParallelPass",...,"time_cost":"41 milliseconds"}
+PASS_LOG = re.compile(r'AutoParallelPass",.*"time_cost":"([\d.]+) (milliseconds|seconds)"')
+# what the ranks' environment needs for it (set before OneFlow starts: glog reads it then)
+PASS_LOG_ENV = {"GLOG_v": "1", "GLOG_logtostderr": "1", "GLOG_minloglevel": "0"}
+
+
+def logged_pass_seconds(graph, inputs) -> Optional[float]:
+    """The seconds OneFlow's native pass took in `graph.build_graph(inputs)`, as OneFlow logs it
+    (PASS_LOG; None where the ranks run without PASS_LOG_ENV or the pass did not run): the
+    pass's own time, where native_pass_seconds' difference of two traces also holds their
+    noise (negative on AlexNet and VGG11-BN on 2 ranks). The ranks' stderr is read from a file
+    for the trace."""
+    with tempfile.TemporaryFile("w+b") as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            graph.build_graph(*inputs)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        found = PASS_LOG.findall(log.read().decode(errors="replace"))
+    if not found:
+        return None
+    value, unit = found[-1]
+    return float(value) / (1000.0 if unit == "milliseconds" else 1.0)
+
+
+def pass_and_planning(
+    model: str,
+    mesh: str,
+    traces: int = 2,
+    batch: Optional[int] = 8,
+    sizes=None,
+    cluster: str = "cpu-local",
+    builder: str = "examples.models",
+):
+    """On the ranks of `mesh`, for one model: OneFlow's native pass as OneFlow logs it
+    (logged_pass_seconds) over `traces` traces, and rank 0's AutoDDL search of the same model's
+    data-parallel Job as many times (Plan.search_time_s: problem construction and search), taken
+    in turns; the medians, and on rank 0 its every figure. The launch must set PASS_LOG_ENV."""
+    from oneflow_autoddl.planner import plan
+
+    build = importlib.import_module(builder).build
+    options = dict(batch=batch, sizes=sizes)
+    graph, inputs = build(model, mesh, plan="dp", **options)
+    ir = read_job(graph.build_graph(*inputs)[0])
+    del graph, inputs
+    passes, searches = [], []
+    for _ in range(traces):
+        graph, inputs = build(model, mesh, plan="native", **options)
+        passes.append(logged_pass_seconds(graph, inputs))
+        del graph, inputs
+        gc.collect()
+        flow.comm.barrier()
+        if flow.env.get_rank() == 0:
+            searches.append(plan(ir, cluster).search_time_s)
+        flow.comm.barrier()
+    timed = [s for s in passes if s is not None]
+    return {
+        "model": model,
+        "mesh": mesh,
+        "ops": len(ir.ops),
+        "pass_s": statistics.median(timed) if timed else None,
+        "passes_s": passes,
+        "search_s": statistics.median(searches) if searches else None,
+        "searches_s": searches,
+    }
 
 
 def _no_rule(plan) -> dict:

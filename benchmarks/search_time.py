@@ -2,6 +2,7 @@
 
     python -m benchmarks.search_time [--json times.json]
     python -m benchmarks.search_time --zoo alexnet,vgg11_bn [--zoo-meshes 2,2x2] [--json F]
+    python -m benchmarks.search_time --logged [--zoo alexnet,vgg11_bn] [--zoo-meshes 2]
 
 1. The examples' GPT and VGG at their default sizes, traced on 2, 4 and 2 x 2 CPU ranks: the
    native pass's time (what it adds to a trace: rank_bench.native_pass_seconds) beside AutoDDL's
@@ -12,10 +13,16 @@
    search time for 12, 24, 48 and 96 layers on 128x8 (1,024 devices), and for 96 layers on
    meshes of 8, 8x8, 16x8 and 128x8 (no memory limit, so every mesh has a plan). One core,
    one process, in the order printed.
+
+With --logged, instead of 1: the native pass's time as OneFlow itself logs it (the ranks run
+with glog verbosity 1: rank_bench.logged_pass_seconds), beside rank 0's AutoDDL search of the
+same model, taken in turns over --traces traces: the examples' GPT and VGG on 2 and 2 x 2, or
+the --zoo models on --zoo-meshes.
 """
 
 import argparse
 import math
+import os
 import time
 from typing import Sequence
 
@@ -88,6 +95,26 @@ def zoo_rows(models: Sequence[str], meshes: Sequence[str]):
     ]
 
 
+def logged_rows(cases, builder: str, traces: int):
+    """rank_bench.pass_and_planning for each (model, mesh, batch, sizes) of `cases`, the ranks
+    launched with rank_bench.PASS_LOG_ENV."""
+    from benchmarks.rank_bench import PASS_LOG_ENV
+
+    os.environ.update(PASS_LOG_ENV)
+    return [
+        on_ranks(
+            "benchmarks.rank_bench:pass_and_planning",
+            mesh,
+            model=model,
+            traces=traces,
+            batch=batch,
+            sizes=sizes,
+            builder=builder,
+        )[0]
+        for model, mesh, batch, sizes in cases
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -102,7 +129,28 @@ def main():
         help="instead: these zoo models (comma-separated, examples/zoo.py names) on --zoo-meshes",
     )
     parser.add_argument("--zoo-meshes", default="2")
+    parser.add_argument(
+        "--logged", action="store_true", help="the native pass's own logged time (see above)"
+    )
+    parser.add_argument("--traces", type=int, default=4, help="with --logged: traces a model")
     args = parser.parse_args()
+    if args.logged:
+        if args.zoo:
+            meshes = args.zoo_meshes.split(",")
+            cases = [(m, mesh, None, None) for mesh in meshes for m in args.zoo.split(",")]
+        else:
+            cases = [
+                (model, mesh, batch, EXAMPLE_SIZES[model])
+                for mesh in ("2", "2x2")
+                for model, batch in (("gpt", 8), ("vgg", 16))
+            ]
+        builder = "examples.zoo" if args.zoo else "examples.models"
+        rows = logged_rows(cases, builder, args.traces)
+        columns = ["model", "mesh", "ops", "pass_s", "search_s", "passes_s", "searches_s"]
+        heads = ["model", "mesh", "ops", "native pass s (logged)", "AutoDDL search s"]
+        print(show(rows, columns, heads + ["each pass s", "each search s"]))
+        write_json(args.json, {"logged": rows})
+        return
     if args.zoo:
         traced = zoo_rows(args.zoo.split(","), args.zoo_meshes.split(","))
     else:

@@ -127,3 +127,18 @@ def test_a_model_whose_ranks_fail_costs_its_own_rows_not_the_runs(monkeypatch):
         "swin_tiny_patch4_window7_224 on 2: benchmarks.rank_bench:measure on 2 ranks exited "
         "with 1: MemoryError: std::bad_alloc"
     ]
+
+
+def test_the_native_pass_time_is_read_from_oneflow_s_compile_log():
+    """rank_bench.PASS_LOG reads the AutoParallelPass line of OneFlow 0.9.0's compile log (glog
+    verbosity 1, as seen on 2 ranks), in milliseconds or seconds, and no other pass's."""
+    from benchmarks.rank_bench import PASS_LOG
+
+    line = (
+        'I20261207 19:07:28.521888 20292 cost_util.h:100] [count log]{"loc":"[GraphCompile]'
+        'TrainGraph_0 AutoParallelPass","mem_rss":"818.000000 MB","time_cost":"41 milliseconds"}'
+    )
+    other = line.replace("AutoParallelPass", "DumpVariableInfoPass")
+    assert PASS_LOG.findall(line) == [("41", "milliseconds")]
+    assert PASS_LOG.findall(line.replace("41 milliseconds", "2.5 seconds")) == [("2.5", "seconds")]
+    assert PASS_LOG.findall(other) == []
