@@ -7,6 +7,10 @@ from tabulate import tabulate
 
 from oneflow_autoddl.launch import run_on_ranks
 
+# What the ranks' environment needs for OneFlow to log each compile pass's time
+# (rank_bench.traced_with_pass_log); glog reads it as OneFlow starts, so the launch sets it.
+PASS_LOG_ENV = {"GLOG_v": "1", "GLOG_logtostderr": "1", "GLOG_minloglevel": "0"}
+
 NPROC = {"1": 1, "2": 2, "4": 4, "2x2": 4}
 
 

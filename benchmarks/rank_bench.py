@@ -10,7 +10,7 @@ import re
 import statistics
 import tempfile
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 import oneflow as flow
 
@@ -49,13 +49,14 @@ def _native_graph(build, model, mesh, options, cluster):
     """OneFlow's native plan, compiled as is, or (when OneFlow 0.9.0 would abort on it, boxing a
     split variable across ranks) applied through AutoDDL's write-back, which reads such
     variables through copies. `build`: a builder's build function, called with `options`.
-    Returns (graph, inputs, note)."""
+    Returns (graph, inputs, note, the seconds the native pass took in a trace as OneFlow logs
+    them: traced_with_pass_log)."""
     probe, inputs = build(model, mesh, plan="native", **options)
-    job, _ = probe.build_graph(*inputs)
+    (job, _), logged = traced_with_pass_log(probe, inputs)
     hazards = variables_boxed_across_ranks(job)
     if not hazards:
         graph, inputs = build(model, mesh, plan="native", **options)
-        return graph, inputs, "as OneFlow compiled it"
+        return graph, inputs, "as OneFlow compiled it", logged
     fd, path = tempfile.mkstemp(prefix="autoddl-native-plan-", suffix=".json")
     os.close(fd)
     atexit.register(
@@ -70,6 +71,7 @@ def _native_graph(build, model, mesh, options, cluster):
             f"OneFlow's plan boxes {len(hazards)} split variables across ranks, which aborts "
             f"0.9.0 on CPU (register.cpp:75); run through AutoDDL's write-back instead"
         ),
+        logged,
     )
 
 
@@ -112,30 +114,28 @@ def native_pass_seconds(
 # OneFlow 0.9.0 logs each compile pass's time at glog verbosity 1 (cost_util.h), e.g.
 # [count log]{"loc":"[GraphCompile]TrainGraph_0 AutoParallelPass",...,"time_cost":"41 milliseconds"}
 PASS_LOG = re.compile(r'AutoParallelPass",.*"time_cost":"([\d.]+) (milliseconds|seconds)"')
-# what the ranks' environment needs for it (set before OneFlow starts: glog reads it then)
-PASS_LOG_ENV = {"GLOG_v": "1", "GLOG_logtostderr": "1", "GLOG_minloglevel": "0"}
 
 
-def logged_pass_seconds(graph, inputs) -> Optional[float]:
-    """The seconds OneFlow's native pass took in `graph.build_graph(inputs)`, as OneFlow logs it
-    (PASS_LOG; None where the ranks run without PASS_LOG_ENV or the pass did not run): the
-    pass's own time, where native_pass_seconds' difference of two traces also holds their
-    noise (negative on AlexNet and VGG11-BN on 2 ranks). The ranks' stderr is read from a file
-    for the trace."""
+def traced_with_pass_log(graph, inputs) -> Tuple[Any, Optional[float]]:
+    """(`graph.build_graph(*inputs)`, the seconds OneFlow's native pass took in it as OneFlow
+    logs them: PASS_LOG; None where the ranks run without benchmarks.bench.PASS_LOG_ENV or the
+    pass did not run): the pass's own time, where native_pass_seconds' difference of two traces
+    also holds their noise (negative on AlexNet and VGG11-BN on 2 ranks). The rank's stderr goes
+    to a file for the trace."""
     with tempfile.TemporaryFile("w+b") as log:
         saved = os.dup(2)
         os.dup2(log.fileno(), 2)
         try:
-            graph.build_graph(*inputs)
+            traced = graph.build_graph(*inputs)
         finally:
             os.dup2(saved, 2)
             os.close(saved)
         log.seek(0)
         found = PASS_LOG.findall(log.read().decode(errors="replace"))
     if not found:
-        return None
+        return traced, None
     value, unit = found[-1]
-    return float(value) / (1000.0 if unit == "milliseconds" else 1.0)
+    return traced, float(value) / (1000.0 if unit == "milliseconds" else 1.0)
 
 
 def pass_and_planning(
@@ -148,9 +148,10 @@ def pass_and_planning(
     builder: str = "examples.models",
 ):
     """On the ranks of `mesh`, for one model: OneFlow's native pass as OneFlow logs it
-    (logged_pass_seconds) over `traces` traces, and rank 0's AutoDDL search of the same model's
+    (traced_with_pass_log) over `traces` traces, and rank 0's AutoDDL search of the same model's
     data-parallel Job as many times (Plan.search_time_s: problem construction and search), taken
-    in turns; the medians, and on rank 0 its every figure. The launch must set PASS_LOG_ENV."""
+    in turns; the medians, and on rank 0 its every figure. The launch must set
+    benchmarks.bench.PASS_LOG_ENV."""
     from oneflow_autoddl.planner import plan
 
     build = importlib.import_module(builder).build
@@ -161,7 +162,7 @@ def pass_and_planning(
     passes, searches = [], []
     for _ in range(traces):
         graph, inputs = build(model, mesh, plan="native", **options)
-        passes.append(logged_pass_seconds(graph, inputs))
+        passes.append(traced_with_pass_log(graph, inputs)[1])
         del graph, inputs
         gc.collect()
         flow.comm.barrier()
@@ -233,7 +234,8 @@ def measure(
     gives the graphs (examples.models, examples.zoo; batch None: the zoo model's own). Every
     row holds the plan's first call (trace, pass, compile and one step) and the op types it
     left with no rule; with `pass_time`, the native row also the time OneFlow's native pass
-    adds to the trace (native_pass_seconds); with `reorder_steps`, the data parallel
+    took in a trace, as OneFlow logs it (traced_with_pass_log: the launch must set
+    benchmarks.bench.PASS_LOG_ENV); with `reorder_steps`, the data parallel
     row also the losses of that many steps on the batch reordered within each shard
     (`reordered_losses`).
 
@@ -248,9 +250,9 @@ def measure(
     for plan in plans:
         note = ""
         if plan == "native":
-            graph, inputs, note = _native_graph(build, model, mesh, options, cluster)
+            graph, inputs, note, logged = _native_graph(build, model, mesh, options, cluster)
             if pass_time:
-                native_pass, _ = native_pass_seconds(build, model, mesh, options)
+                native_pass = logged
         else:
             graph, inputs = build(model, mesh, plan=plan, cluster=cluster, **options)
         start = time.perf_counter()

@@ -15,7 +15,7 @@
    one process, in the order printed.
 
 With --logged, instead of 1: the native pass's time as OneFlow itself logs it (the ranks run
-with glog verbosity 1: rank_bench.logged_pass_seconds), beside rank 0's AutoDDL search of the
+with glog verbosity 1: rank_bench.traced_with_pass_log), beside rank 0's AutoDDL search of the
 same model, taken in turns over --traces traces: the examples' GPT and VGG on 2 and 2 x 2, or
 the --zoo models on --zoo-meshes.
 """
@@ -26,7 +26,7 @@ import os
 import time
 from typing import Sequence
 
-from benchmarks.bench import on_ranks, show, write_json
+from benchmarks.bench import PASS_LOG_ENV, on_ranks, show, write_json
 from oneflow_autoddl.models import build_gpt
 from oneflow_autoddl.planner import plan
 
@@ -97,9 +97,7 @@ def zoo_rows(models: Sequence[str], meshes: Sequence[str]):
 
 def logged_rows(cases, builder: str, traces: int):
     """rank_bench.pass_and_planning for each (model, mesh, batch, sizes) of `cases`, the ranks
-    launched with rank_bench.PASS_LOG_ENV."""
-    from benchmarks.rank_bench import PASS_LOG_ENV
-
+    launched with benchmarks.bench.PASS_LOG_ENV."""
     os.environ.update(PASS_LOG_ENV)
     return [
         on_ranks(

@@ -7,39 +7,38 @@
 model, examples/zoo.held_out: 224 px unless --image-size says otherwise).
 
 For each model of examples/zoo.py (its image size and benchmark batch) and mesh, one launch
-builds data parallel, OneFlow's native pass (through AutoDDL's write-back where 0.9.0 would abort
-on its plan) and AutoDDL's plan, and the three take turns over `--rounds` rounds
+builds data parallel, OneFlow's native pass (through AutoDDL's write-back where 0.9.0 would
+abort on its plan) and AutoDDL's plan, and the three take turns over `--rounds` rounds
 (benchmarks.rank_bench.measure with examples.zoo as the builder, compare_plans.combine: step
 times are the slowest rank's, bytes the mean over ranks). Per plan: the median step time, MiB
 each rank sends a step, the first call (trace, pass, compile, one step), AutoDDL's planning
-(search) time, the time the native pass adds to a trace, the ops left with no rule, the sign
-test against data parallel and against native (compare_plans.separated: a plan faster in so
-many rounds that a fair coin would do it with probability below ALPHA; 'n.s.' otherwise, as
-with any count under 8 rounds), and whether its losses equal data parallel's (rtol 1e-4) over
-the first LOSS_STEPS steps. Where float32 summation order alone moves a model's losses off
-that tolerance sooner, no plan that sums in another order can meet it: data parallel on the
-batch reordered within each shard (rank_bench.reordered_losses, REORDER_STEPS steps) shows
-when that happens, and a plan's losses are off data parallel's only where they leave them
+(search) time, the time the native pass took in a trace as OneFlow logs it, the ops left with no
+rule, the sign test against data parallel and against native (compare_plans.separated: a plan
+faster in so many rounds that a fair coin would do it with probability below ALPHA; 'n.s.'
+otherwise, as with any count under 8 rounds), and whether its losses equal data parallel's (rtol
+1e-4) over the first LOSS_STEPS steps. Where float32 summation order alone moves a model's
+losses off that tolerance sooner, no plan that sums in another order can meet it: data parallel
+on the batch reordered within each shard (rank_bench.reordered_losses, REORDER_STEPS steps)
+shows when that happens, and a plan's losses are off data parallel's only where they leave them
 before the reordered run does (BatchNorm over a few values per channel amplifies rounding: on
-MobileNetV2 at 64 px, reversing a batch of 4 in one process moves float32 weight gradients by
-up to 1.3%, float64 ones by 2e-13; OneFlow 0.9.0 cannot train a float64 nn.Graph, it casts
-the gradients to float32: docs/oneflow-0.9.md). The JSON also holds the largest relative
-difference over all steps.
-The AutoDDL row also says which of issue 16's checks it misses. The 2 x 2 mesh runs the
-models of --models-2x2 only (one launch per model and mesh: a process keeps every graph it
-built). Memory: CPU ranks reuse none (every blob of a step is held for the run), and the plans'
-graphs are all built before the rounds: Swin-tiny at 224 px, batch 4, had grown to 10.5 GB per
-rank on 2 ranks (21 of this machine's 24 GB) while building them, and was stopped; give it a
-machine with that room or a smaller --batch.
-"""
+MobileNetV2 at 64 px, reversing a batch of 4 in one process moves float32 weight gradients by up
+to 1.3%, float64 ones by 2e-13; OneFlow 0.9.0 cannot train a float64 nn.Graph, it casts the
+gradients to float32: docs/oneflow-0.9.md). The JSON also holds the largest relative difference
+over all steps. The AutoDDL row also says which of issue 16's checks it misses. The 2 x 2 mesh
+runs the models of --models-2x2 only (one launch per model and mesh: a process keeps every graph
+it built). Memory: CPU ranks reuse none (every blob of a step is held for the run), and the
+plans' graphs are all built before the rounds: Swin-tiny at 224 px, batch 4, had grown to 10.5
+GB per rank on 2 ranks (21 of this machine's 24 GB) while building them, and was stopped; give
+it a machine with that room or a smaller --batch."""
 
 import argparse
+import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from benchmarks.bench import on_ranks, show, write_json
+from benchmarks.bench import PASS_LOG_ENV, on_ranks, show, write_json
 from benchmarks.compare_plans import ALPHA, combine, separated, sign_test
 from examples.zoo_names import MODELS
 from oneflow_autoddl.launch import RankFailure
@@ -61,7 +60,9 @@ def measure(
     image_size: Optional[int] = None,
 ) -> List[dict]:
     """The three plans of `model` on `mesh`, combined over ranks (data parallel first); batch and
-    image_size None: the model's own (examples/zoo.py)."""
+    image_size None: the model's own (examples/zoo.py). The ranks run with PASS_LOG_ENV, so that
+    OneFlow logs its native pass's time."""
+    os.environ.update(PASS_LOG_ENV)
     per_rank = on_ranks(
         "benchmarks.rank_bench:measure",
         mesh,
