@@ -197,9 +197,12 @@ def fit_memory(
     overfilled (starts can overfill every step) do not keep an item held all step dearer than
     a larger one held for a few. The rounds look for a price at which some plan fits: they
     refine only where a plan might (`_round`), and without the moves to fewer bytes, since the
-    bytes tie only chooses among plans that fit (the bisections refine with the moves)."""
+    bytes tie only chooses among plans that fit (the bisections refine with the moves that
+    save at least `options.fit_byte_move_floor` of the bytes: on GPT-3 175B in float32 the
+    smaller moves' exact schedules took two seconds and saved under 0.1%)."""
     memory = memory or Memory(problem)
     rounds = replace(options, byte_moves_taken=0)
+    bisecting = replace(options, byte_move_floor=options.fit_byte_move_floor)
     if memory.peak(best) <= limit:
         return best
     usage = memory.usage(best)
@@ -227,7 +230,7 @@ def fit_memory(
         return leanest[1]
     for _ in range(options.bisections):
         mid = (lo + hi) / 2
-        x = descend_and_refine(problem, [fit, best], memory.prices(mid * over), options, executor)
+        x = descend_and_refine(problem, [fit, best], memory.prices(mid * over), bisecting, executor)
         if memory.peak(x) <= limit:
             hi, fit = mid, pick(problem, [fit, x], 0.0, options)
         else:

@@ -60,6 +60,12 @@ class SearchOptions:
     # rounds (moves taken one after another) at most.
     byte_moves_offered: int = 8
     byte_moves_taken: int = 16
+    # The least a move must save (a fraction of the plan's bytes) to be offered: each offered move
+    # costs an exact schedule. 0 here: moves of under 0.1% open the way to larger ones (with 1e-3,
+    # the examples' GPT on 2 x 2 of tests/unit/test_pinned_plans.py was 1.1% slower and sent 1.7%
+    # more bytes). `fit_byte_move_floor` is the memory fit's, in its bisections (search.fit).
+    byte_move_floor: float = 0.0
+    fit_byte_move_floor: float = 1e-3
 
     # -- memory ------------------------------------------------------------------------------
     # Rounds that raise the price of a byte of memory (search.fit.PRICE_STEP times each) until

@@ -87,14 +87,16 @@ def fewer_bytes(
     savings: Optional[Savings] = None,
 ) -> List[Assignment]:
     """x with one variable changed where that moves fewer bytes, and where some objective's
-    rise is within what `pick` would pay for the bytes saved: the `byte_moves_offered` that save
-    most, for `pick` to weigh exactly. The descents lower predicted time and never take a move
+    rise is within what `pick` would pay for the bytes saved and that save at least
+    `byte_move_floor` of x's bytes: the `byte_moves_offered` that save most, for `pick` to weigh
+    exactly. The descents lower predicted time and never take a move
     that saves bytes at a cost of microseconds, which `pick`'s tie would. `savings` (at one
     memory price) keeps each variable's savings for the next call, which recomputes only those
     of variables with a neighbour moved."""
     p = problem
     detail = p.evaluate(x)
     price = detail.step_time / max(detail.bytes_per_device, 1.0)  # seconds per byte saved
+    floor = options.byte_move_floor * detail.bytes_per_device
     weights = objectives(p.model.cluster, options)
     savings = {} if savings is None else savings
     moves = []
@@ -107,7 +109,7 @@ def fewer_bytes(
         _, fewer, saved, rise = savings[v]
         if not len(fewer):
             continue
-        for j in np.flatnonzero(rise <= saved * price):
+        for j in np.flatnonzero((rise <= saved * price) & (saved >= floor)):
             moves.append((-float(saved[j]), v, int(fewer[j])))
     out = []
     for _, v, k in sorted(moves)[: options.byte_moves_offered]:

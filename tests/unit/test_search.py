@@ -26,7 +26,7 @@ from oneflow_autoddl.search.fit import Memory, descend_and_pick
 from oneflow_autoddl.search.options import SearchOptions
 from oneflow_autoddl.search.problem import SERIAL, Problem, Weights, build_problem
 from oneflow_autoddl.search.seeds import seeds
-from oneflow_autoddl.search.select import pick
+from oneflow_autoddl.search.select import fewer_bytes, pick
 from oneflow_autoddl.search.units import PlanningError
 from tests.irkit import Kit
 
@@ -362,6 +362,23 @@ def test_single_moves_to_fewer_bytes_are_weighed(cpu):
     a, b = seeing.evaluate(x), blind.evaluate(y)
     assert a.bytes_per_device < b.bytes_per_device
     assert a.step_time <= b.step_time * (1 + BYTES_TIE)
+
+
+def test_moves_to_fewer_bytes_save_at_least_the_floor(cpu):
+    """Each move fewer_bytes offers saves at least `byte_move_floor` of the plan's bytes (the
+    memory fit's bisections set it: each move offered costs an exact schedule)."""
+    p, y, _ = searched(compared_vgg(), cpu, SearchOptions(byte_moves_offered=0))
+    sent = p.evaluate(y).bytes_per_device
+
+    def savings(floor):
+        options = SearchOptions(byte_moves_offered=100, byte_move_floor=floor)
+        moved = fewer_bytes(p, y, 0.0, options)
+        return sorted(sent - p.evaluate(z).bytes_per_device for z in moved)
+
+    every = savings(0.0)
+    assert len(set(every)) > 1 and every[0] > 0
+    floor = (every[0] + every[-1]) / 2 / sent
+    assert savings(floor) == [s for s in every if s >= floor * sent]
 
 
 def test_objective_of_a_training_graph_on_2x2_is_its_evaluation(cpu):
