@@ -19,6 +19,7 @@ from .gc_pause import gc_paused
 from .mesh import parse_mesh
 from .planner import STRATEGIES, plan
 from .report import op_table, parameter_table, summary, transfer_table
+from .search.executor import Cores
 
 MODEL_NAMES = ("gpt", "vgg11", "vgg13", "vgg16", "vgg19")
 _UNITS = {
@@ -119,6 +120,7 @@ def _plan(args) -> int:
         memory_limit=memory,
         ranks_per_node=args.ranks_per_node,
         strategy=args.strategy,
+        executor=Cores(),
     )
     print(summary(result))
     print()

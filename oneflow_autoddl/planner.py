@@ -71,8 +71,10 @@ def plan(
     `memory_limit` is bytes per device, the cluster's device memory by default (math.inf:
     no limit). `hold` names ops that keep the signature OneFlow gave them, with the reason.
     `strategy` "autoddl" searches; a baseline name (data_parallel, megatron, zero) returns
-    that expert plan as is, for comparisons on real ranks. Python's cyclic collector is paused
-    meanwhile (oneflow_autoddl.gc_pause).
+    that expert plan as is, for comparisons on real ranks. `executor` runs the search's
+    independent tasks (search.executor: here, on this machine's cores, or on every rank); the
+    plan is the same whichever runs them. Python's cyclic collector is paused meanwhile
+    (oneflow_autoddl.gc_pause).
     """
     if strategy not in STRATEGIES:
         raise PlanningError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
@@ -86,45 +88,55 @@ def plan(
             g, cluster, hold, ranks_per_node, options.tie_layers, options.max_factor_entries
         )
 
-    recomputed: List[str] = []
+    def finish(
+        problem: Problem, starts: Dict[str, Assignment], x: Assignment, blocks: List[str]
+    ) -> Plan:
+        searched = time.perf_counter() - start
+        result = assemble(
+            problem,
+            x,
+            starts,
+            searched,
+            None if math.isinf(limit) else limit,
+            options.transfers_kept,
+        )
+        users_plan(result, blocks, graph)
+        return result
+
     if strategy == "autoddl":
-        found = _autoddl(graph, cluster, make, limit, options, executor, bool(hold))
-        problem, starts, x, recomputed = found
+        result = _autoddl(graph, cluster, make, finish, limit, options, executor, bool(hold))
     else:
         problem = make(graph)
         starts = seeds(problem)
-        x = starts[strategy]
-    result = assemble(
-        problem,
-        x,
-        starts,
-        time.perf_counter() - start,
-        None if math.isinf(limit) else limit,
-        options.transfers_kept,
-    )
-    users_plan(result, recomputed, graph)
+        result = finish(problem, starts, starts[strategy], [])
     for note in result.notes:
         log.warning(note)
     return result
+
+
+Finish = Callable[[Problem, Dict[str, Assignment], Assignment, List[str]], Plan]
 
 
 def _autoddl(
     graph: Graph,
     cluster: Cluster,
     make: Callable[[Graph], Problem],
+    finish: Finish,
     limit: float,
     options: SearchOptions,
     executor: Executor,
     held: bool,
-) -> Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]:
-    """(problem, starts, plan, blocks recomputed): the search's plan; where the memory limit
-    binds it and the device reuses memory, also the plans of the leaner graphs (`_leaner`), one
-    after the other until one fits: the fastest of those that fit. Where none does, the
-    leanest graph's PlanningError, which names the memory it needs. Where there is a leaner
-    graph, a graph whose least peak (cost.memory.least_peak) is over the limit is not searched
-    as it is: no plan of it can fit."""
+) -> Plan:
+    """The search's plan (`finish` makes it of a problem, its starts, the assignment and the
+    blocks recomputed); where the memory limit binds it and the device reuses memory, also the
+    plans of the leaner graphs (`_leaner`), the first that fits of them (searched through
+    `executor.first`: one after another, or at once where the executor has cores to spare): the
+    fastest of those that fit, its search time the last search's. Where none does, the leanest
+    graph's PlanningError, which names the memory it needs. Where there is a leaner graph, a
+    graph whose least peak (cost.memory.least_peak) is over the limit is not searched as it is:
+    no plan of it can fit."""
     leaner = _leaner(graph, cluster, options)
-    found: List[Tuple[Problem, Dict[str, Assignment], Assignment, List[str]]] = []
+    found: List[Plan] = []
     least = least_peak(graph, cluster.reuses_memory) if leaner and math.isfinite(limit) else 0.0
     if least > limit:
         log.info(
@@ -140,26 +152,31 @@ def _autoddl(
                 "the memory limit binds; recomputation frees nothing where memory is not reused"
             )
         if not bound or not leaner:
-            return problem, starts, _or_raise(x), []
+            return finish(problem, starts, _or_raise(x), [])
         if not isinstance(x, PlanningError):
-            found.append((problem, starts, x, []))
-    error = None
-    for lean, blocks, what in leaner:
+            found.append(finish(problem, starts, x, []))
+
+    def step(k: int) -> Union[Plan, PlanningError]:
+        lean, blocks, what = leaner[k]
         log.info("the memory limit binds: also planning with %s", what)
         redone = make(lean())
         redone_starts = seeds(redone)
-        # after a step that found no plan, the fastest plan of this graph (its copies taking
-        # what their readers take compute as that step's graph) does not fit either
-        binds = error is not None
+        # a later step's plan is used only where every step before it found none, and then the
+        # fastest plan of its graph (its copies taking what their readers take computes as the
+        # step before's graph) does not fit either
+        binds = k > 0
         y, _ = _search_within(redone, redone_starts, limit, options, executor, held, binds)
-        if isinstance(y, PlanningError):
-            error = y
-            continue
-        found.append((redone, redone_starts, y, blocks))
-        break
-    if error is not None and not found:
-        raise error  # none found, however lean: the error names the memory of the leanest
-    return min(found, key=lambda f: f[0].evaluate(f[2]).step_time)
+        return y if isinstance(y, PlanningError) else finish(redone, redone_starts, y, blocks)
+
+    tried = executor.first(step, range(len(leaner)), lambda r: isinstance(r, Plan))
+    found += [r for r in tried if isinstance(r, Plan)]
+    if not found:
+        leanest = tried[-1]  # none found, however lean: its error names the memory it needs
+        assert isinstance(leanest, PlanningError)
+        raise leanest
+    best = min(found, key=lambda p: p.predicted.step_time_s)
+    best.search_time_s = max(p.search_time_s for p in found)
+    return best
 
 
 def _leaner(

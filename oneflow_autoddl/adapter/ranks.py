@@ -15,14 +15,10 @@ from typing import Callable, Dict, List, Optional, Sequence, TypeVar
 
 import oneflow as flow
 
-from ..search.executor import Affinity, WorkerOf, ranks_have_own_cores
+from ..search.executor import Affinity, TaskFailed, WorkerOf, in_order, ranks_have_own_cores
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-class TaskFailed(RuntimeError):
-    """A search task raised on some rank; the message holds that rank's error."""
 
 
 def _cpu_broadcast(payload: Optional[bytes], root: int) -> bytes:
@@ -88,3 +84,10 @@ class RankExecutor:
         if failures:
             raise TaskFailed(failures[0])
         return [results[i] for i in range(len(tasks))]  # type: ignore[misc]
+
+    def first(
+        self, fn: Callable[[T], R], tasks: Sequence[T], found: Callable[[R], bool]
+    ) -> List[R]:
+        """The tasks one after another, every rank in each (its descents split by `map`): a rank
+        cannot drop a task another rank still runs collectives in."""
+        return in_order(fn, tasks, found)

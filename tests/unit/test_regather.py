@@ -19,6 +19,7 @@ from oneflow_autoddl.regather import (
     regather_graph,
 )
 from oneflow_autoddl.search import baselines
+from oneflow_autoddl.search.executor import Cores
 from oneflow_autoddl.search.memory import peak_memory
 from oneflow_autoddl.search.options import SearchOptions
 from oneflow_autoddl.search.problem import build_problem
@@ -141,6 +142,20 @@ def test_copies_only_where_recomputing_alone_finds_no_plan():
     assert set(lean.ops) | set(lean.unplanned_ops) == set(as_planned(g, lean.ops).ops)
     with pytest.raises(PlanningError, match="the leanest found holds"):
         plan(g, cluster, memory_limit=0.4 * fastest, options=SearchOptions(regather=False))
+
+
+@pytest.mark.parametrize("share", [0.5, 0.4])
+def test_the_leaner_graphs_searched_at_once_give_the_same_plan(share):
+    """On this machine's cores (search.executor.Cores) the recomputed graph is searched here and
+    the one with copies too in a forked copy: at half the fastest plan's peak the first fits
+    (the copy is killed), at 40% only the second; the plans are those searched one after the
+    other."""
+    g = build_gpt(4, 2048, 16, 128, 50257, 16, (2, 4))
+    cluster = load_cluster("dgx-a100")
+    limit = share * plan(g, cluster).predicted.peak_memory_per_device
+    alone, at_once = plan(g, cluster, limit), plan(g, cluster, limit, executor=Cores(2))
+    assert at_once.digest() == alone.digest() and at_once.recompute == alone.recompute
+    assert any(is_phase_copy(n) for n in at_once.ops) is (share == 0.4)
 
 
 def test_no_copies_where_memory_is_not_reused(gpt):
