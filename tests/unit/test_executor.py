@@ -9,6 +9,13 @@ import pytest
 from oneflow_autoddl.search.executor import SERIAL, Cores, TaskFailed
 
 
+@pytest.fixture(autouse=True)
+def forking(monkeypatch):
+    """Cores forks only where OneFlow is not loaded; the suite's other tests load it in this
+    process."""
+    monkeypatch.delitem(sys.modules, "oneflow", raising=False)
+
+
 def square(t):
     return t * t
 
