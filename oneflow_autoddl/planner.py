@@ -28,7 +28,7 @@ from .errors import PlanningError
 from .gc_pause import gc_paused
 from .ir import Graph
 from .plan import Plan
-from .recompute import recomputable, recompute_graph
+from .recompute import recomputable, recompute_delta, recompute_graph
 from .regather import as_planned, regather_graph
 from .search import baselines
 from .search.descend import worth_splitting
@@ -53,6 +53,13 @@ log = logging.getLogger(__name__)
 
 STRATEGIES = ("autoddl",) + tuple(baselines.BASELINES)
 Assignment = List[int]
+# search's (plan, or the error naming the leanest found; whether the memory limit bound it; the
+# fastest plan found regardless of memory)
+Searched = Tuple[Union[Assignment, PlanningError], bool, Optional[Assignment]]
+# a leaner graph to plan where the memory limit binds: (its maker, the blocks it recomputes, what
+# it does, whether its fastest plan is known not to fit where it is reached: search's `binds`)
+Rung = Tuple[Callable[[], Graph], List[str], str, bool]
+PARTIAL_TRIES = 3  # estimates of the blocks to recompute (_partly_recomputed)
 
 
 @gc_paused()
@@ -146,7 +153,7 @@ def _autoddl(
     else:
         problem = make(graph)
         starts = seeds(problem)
-        x, bound = _search_within(problem, starts, limit, options, executor, held)
+        x, bound, fastest = _search_within(problem, starts, limit, options, executor, held)
         if bound and options.recompute and not cluster.reuses_memory:
             log.info(
                 "the memory limit binds; recomputation frees nothing where memory is not reused"
@@ -155,17 +162,15 @@ def _autoddl(
             return finish(problem, starts, _or_raise(x), [])
         if not isinstance(x, PlanningError):
             found.append(finish(problem, starts, x, []))
+        fewer = _partly_recomputed(problem, fastest, limit, leaner[0][1]) if fastest else None
+        leaner = ([fewer] if fewer else []) + leaner
 
     def step(k: int) -> Union[Plan, PlanningError]:
-        lean, blocks, what = leaner[k]
+        lean, blocks, what, binds = leaner[k]
         log.info("the memory limit binds: also planning with %s", what)
         redone = make(lean())
         redone_starts = seeds(redone)
-        # a later step's plan is used only where every step before it found none, and then the
-        # fastest plan of its graph (its copies taking what their readers take computes as the
-        # step before's graph) does not fit either
-        binds = k > 0
-        y, _ = _search_within(redone, redone_starts, limit, options, executor, held, binds)
+        y, _, _ = _search_within(redone, redone_starts, limit, options, executor, held, binds)
         return y if isinstance(y, PlanningError) else finish(redone, redone_starts, y, blocks)
 
     tried = executor.first(step, range(len(leaner)), lambda r: isinstance(r, Plan))
@@ -179,17 +184,16 @@ def _autoddl(
     return best
 
 
-def _leaner(
-    graph: Graph, cluster: Cluster, options: SearchOptions
-) -> List[Tuple[Callable[[], Graph], List[str], str]]:
-    """(a graph's maker, the blocks it recomputes, what it does) for where the memory limit
-    binds, each holding less than the one before and costing more: the repeated blocks
-    recomputed (options.recompute), then tensors boxed again per phase too (options.regather).
-    None where the device reuses no memory: there neither frees anything, and both add to every
-    step (oneflow_autoddl.recompute, .regather)."""
+def _leaner(graph: Graph, cluster: Cluster, options: SearchOptions) -> List[Rung]:
+    """The leaner graphs (Rung) for where the memory limit binds, each holding less than the one
+    before and costing more: the repeated blocks recomputed (options.recompute), then tensors
+    boxed again per phase too (options.regather), which is reached only where recomputing found
+    no plan, and whose fastest plan computes as that graph's (its copies take what their readers
+    take), so does not fit either. None where the device reuses no memory: there neither frees
+    anything, and both add to every step (oneflow_autoddl.recompute, .regather)."""
     if not cluster.reuses_memory:
         return []
-    out: List[Tuple[Callable[[], Graph], List[str], str]] = []
+    out: List[Rung] = []
     blocks = recomputable(graph, repeated_blocks(graph)) if options.recompute else []
 
     @functools.lru_cache(maxsize=None)  # both steps start from it
@@ -197,13 +201,36 @@ def _leaner(
         return recompute_graph(graph, blocks) if blocks else graph
 
     if blocks:
-        out.append((recomputed, blocks, f"{len(blocks)} blocks recomputed"))
+        out.append((recomputed, blocks, f"{len(blocks)} blocks recomputed", False))
     if options.regather:
         what = f"{len(blocks)} blocks recomputed, " if blocks else ""
-        out.append(
-            (lambda: regather_graph(recomputed()), blocks, what + "tensors boxed again per phase")
-        )
+        copies = what + "tensors boxed again per phase"
+        out.append((lambda: regather_graph(recomputed()), blocks, copies, bool(blocks)))
     return out
+
+
+def _partly_recomputed(
+    problem: Problem, fastest: Assignment, limit: float, blocks: List[str]
+) -> Optional[Rung]:
+    """The graph of `problem` with its first k repeated `blocks` recomputed, k the fewest at
+    which `fastest` (its fastest plan regardless of memory) would fit `limit` with its own
+    signatures, as recompute.recompute_delta's timelines count it (each estimate from what the
+    last recomputed freed per block, PARTIAL_TRIES at most): a rung before every block
+    recomputed, whose search fits its own plan and recomputes fewer forwards. None where that
+    is every block, or recomputing frees nothing."""
+    k = 1
+    for _ in range(PARTIAL_TRIES):
+        if k >= len(blocks):
+            return None
+        delta = recompute_delta(problem, blocks[:k], fastest)
+        over = delta.peak_after.bytes - limit
+        if over <= 0:
+            maker = functools.partial(recompute_graph, problem.graph, blocks[:k])
+            return maker, blocks[:k], f"{k} of {len(blocks)} blocks recomputed", False
+        if delta.memory_saved <= 0:
+            return None
+        k += math.ceil(over / (delta.memory_saved / k))
+    return None
 
 
 def _or_raise(x: Union[Assignment, PlanningError]) -> Assignment:
@@ -220,9 +247,9 @@ def _search_within(
     executor: Executor,
     held: bool,
     binds: bool = False,
-) -> Tuple[Union[Assignment, PlanningError], bool]:
-    """(the search's plan, whether the memory limit bound it: the fastest plan did not fit);
-    (the error, True) where none fits (`search`'s PlanningError). `binds`: see `search`. Where
+) -> Searched:
+    """`search`'s (plan, whether the memory limit bound it, the fastest plan regardless of
+    memory); (the error, True, None) where no plan can fit. `binds`: see `search`. Where
     the descents are not worth splitting (search.descend.worth_splitting), one worker of
     `executor` searches alone and the others take its result, the error too."""
     if executor is not SERIAL and not worth_splitting(problem, options):
@@ -231,7 +258,7 @@ def _search_within(
     try:
         return search(problem, starts, limit, options, executor, held, binds)
     except PlanningError as e:
-        return e, True
+        return e, True, None
 
 
 def _fits(problem: Problem, x: Assignment, limit: float) -> bool:
@@ -262,13 +289,14 @@ def search(
     executor: Executor,
     held: bool = False,
     binds: bool = False,
-) -> Tuple[Assignment, bool]:
+) -> Searched:
     """(the fastest plan whose peak memory per device is within `limit` bytes, from `starts`
-    and the flat seed; whether the limit bound it: the fastest plan found did not fit). A
-    PlanningError where no plan can fit (search.fit.check_fits) or none found does (naming the
-    leanest found, search.fit.none_found). Where the limit is known to bind (`binds`: no plan
-    of a graph computing the same fits) or no start fits, the fastest plan regardless of memory
-    is only picked, not refined, before the memory fit (refined only if it fits after all)."""
+    and the flat seed; whether the limit bound it: the fastest plan found did not fit; the
+    fastest plan found regardless of memory). Where none found fits, its PlanningError in the
+    plan's place (naming the leanest found, search.fit.none_found); raised where no plan can
+    fit (search.fit.check_fits). Where the limit is known to bind (`binds`: no plan of a graph
+    computing the same fits) or no start fits, the fastest plan regardless of memory is only
+    picked, not refined, before the memory fit (refined only if it fits after all)."""
     experts = list(starts.values())
     bound = binds or not any(_fits(problem, x, limit) for x in experts)
     memory = None  # what every candidate holds when: built only when it matters
@@ -281,14 +309,14 @@ def search(
         bound = bound and not _fits(problem, flat, limit)
     best = _unconstrained(problem, experts, limit, options, executor, bound)
     if _fits(problem, best, limit):
-        return best, False
+        return best, False, best
     memory = memory or Memory(problem)
     check_fits(problem, limit, memory)
     fitted = fit_memory(problem, best, limit, options, executor, memory)
     x = _fastest_fitting(problem, fitted, experts, limit, memory, options)
     if not _fits(problem, x, limit):
-        raise none_found(problem, x, limit, memory)
-    return x, True
+        return none_found(problem, x, limit, memory), True, best
+    return x, True, best
 
 
 def _unconstrained(

@@ -73,6 +73,11 @@ def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local", vgg_plans
     plan.save(path)
     redone, inputs = models.build("gpt", mesh, plan="autoddl", load_plan=path)
     redone_losses = _train(redone, inputs, steps)
+    plan.recompute = scopes[:1]  # some of the blocks, as the planner's fewer-blocks rung does
+    plan.save(path)
+    partly, inputs = models.build("gpt", mesh, plan="autoddl", load_plan=path)
+    partly_losses = _train(partly, inputs, steps)
+    partly_carried = oneflow_autoddl.plan_of(partly)
     os.remove(path)
     carried = oneflow_autoddl.plan_of(redone)
     probe, inputs = models.build("gpt", mesh, plan="dp")
@@ -82,6 +87,9 @@ def run(mesh: str = "2x2", steps: int = 3, cluster: str = "cpu-local", vgg_plans
         "kept": kept_losses,
         "recomputed": redone_losses,
         "fallback": getattr(redone, "_autoddl_fallback", None),
+        "partly": partly_losses,
+        "partly_recompute": partly_carried.recompute if partly_carried else None,
+        "partly_fallback": getattr(partly, "_autoddl_fallback", None),
         "memory_rows": rows,
     }
     if flow.env.get_rank() != 0 or carried is None:

@@ -92,6 +92,16 @@ def test_recomputing_every_block_trains_like_data_parallel(out):
 
 
 @pytest.mark.ranks
+def test_recomputing_some_blocks_trains_like_data_parallel(out):
+    """A plan that recomputes the first of the two blocks only (the planner's rung of fewer
+    blocks recomputed): the hook checkpoints that module alone and the losses are data
+    parallel's."""
+    assert out["partly_fallback"] is None
+    assert out["partly_recompute"] == ["model.h.0"]
+    np.testing.assert_allclose(out["partly"], out["dp"], rtol=1e-4)
+
+
+@pytest.mark.ranks
 def test_the_carried_plan_compiles_as_planned(out):
     assert out["mismatches"] == []
     assert out["unmatched"] == []

@@ -1,6 +1,7 @@
 """Peak memory over a step (cost.memory) and the memory items the search can price
 (search.memory): spans, blob sizes, boxing buffers, scratch buffers, reuse by backend."""
 
+import math
 import re
 
 import numpy as np
@@ -276,6 +277,28 @@ def test_where_no_plan_fits_the_repeated_blocks_are_recomputed():
     assert p.recompute == blocks
     assert p.predicted.peak_memory_per_device <= (redo + keep) / 2
     assert set(p.ops) | set(p.unplanned_ops) == set(g.ops)
+
+
+def test_a_little_under_the_fastest_plans_peak_only_the_first_blocks_are_recomputed(caplog):
+    """A GPT whose activations fill its devices (8 blocks; sequence 1,024, vocabulary 512) at 90%
+    of its fastest plan's peak: that plan would fit with 2 blocks recomputed (recompute_delta's
+    timelines), and the plan recomputes those two, fits, and runs faster than the plan of the
+    graph with every block recomputed (each block recomputed costs a forward again)."""
+    from oneflow_autoddl.planner import plan
+    from oneflow_autoddl.recompute import recompute_graph
+    from oneflow_autoddl.search.ties import repeated_blocks
+
+    g = build_gpt(8, 512, 8, 1024, 512, 32, (2, 4))
+    cluster = load_cluster("dgx-a100")
+    limit = 0.9 * plan(g, cluster, memory_limit=math.inf).predicted.peak_memory_per_device
+    blocks = repeated_blocks(g)
+    with caplog.at_level("INFO", logger="oneflow_autoddl.planner"):
+        some = plan(g, cluster, memory_limit=limit)
+    assert "also planning with 2 of 8 blocks recomputed" in caplog.text
+    assert some.recompute == blocks[:2]
+    assert some.predicted.peak_memory_per_device <= limit
+    every = plan(recompute_graph(g, blocks), cluster, memory_limit=limit)
+    assert some.predicted.step_time_s < every.predicted.step_time_s
 
 
 def test_a_graph_whose_least_peak_is_over_the_limit_is_planned_recomputed_only(caplog):
