@@ -5,7 +5,8 @@
     found   = descend(...)         coordinate descent from every start, under each objective
     best    = refine(...)          the pick by scheduled step and bytes, polished
     best    = fit_memory(...)      the cheapest price of memory at which a plan fits
-    (no plan fits: the repeated blocks recomputed in backward, and the steps above again)
+    (no plan fits: the fewest first repeated blocks recomputed in backward with which the
+     fastest plan would fit, else every one, else with copies per phase too; the steps again)
     Plan    = assemble(...)        signatures, costs, baselines, boxings
 
 Each step is a function of `oneflow_autoddl.search` with its inputs and outputs named; the knobs
@@ -19,17 +20,19 @@ import functools
 import logging
 import math
 import time
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .assemble import assemble
 from .cost.cluster import Cluster, load_cluster
-from .cost.memory import least_peak
+from .cost.memory import least_peak, timeline
+from .cost.model import CostModel
 from .errors import PlanningError
 from .gc_pause import gc_paused
 from .ir import Graph
 from .plan import Plan
-from .recompute import recomputable, recompute_delta, recompute_graph
+from .recompute import original, recomputable, recompute_graph
 from .regather import as_planned, regather_graph
+from .sbp import Signature
 from .search import baselines
 from .search.descend import worth_splitting
 from .search.executor import SERIAL, Executor
@@ -56,10 +59,17 @@ Assignment = List[int]
 # search's (plan, or the error naming the leanest found; whether the memory limit bound it; the
 # fastest plan found regardless of memory)
 Searched = Tuple[Union[Assignment, PlanningError], bool, Optional[Assignment]]
-# a leaner graph to plan where the memory limit binds: (its maker, the blocks it recomputes, what
-# it does, whether its fastest plan is known not to fit where it is reached: search's `binds`)
-Rung = Tuple[Callable[[], Graph], List[str], str, bool]
-PARTIAL_TRIES = 3  # estimates of the blocks to recompute (_partly_recomputed)
+PARTIAL_TRIES = 3  # estimates of the fewest blocks to recompute (_fewest_recomputed)
+
+
+class Rung(NamedTuple):
+    """A leaner graph to plan where the memory limit binds."""
+
+    make: Callable[[], Graph]
+    blocks: List[str]  # the repeated blocks it recomputes
+    what: str
+    binds: bool  # its fastest plan is known not to fit where it is reached (search's `binds`)
+    every: bool  # it recomputes every block and nothing more: where it fits, fewer might
 
 
 @gc_paused()
@@ -138,10 +148,14 @@ def _autoddl(
     blocks recomputed); where the memory limit binds it and the device reuses memory, also the
     plans of the leaner graphs (`_leaner`), the first that fits of them (searched through
     `executor.first`: one after another, or at once where the executor has cores to spare): the
-    fastest of those that fit, its search time the last search's. Where none does, the leanest
-    graph's PlanningError, which names the memory it needs. Where there is a leaner graph, a
-    graph whose least peak (cost.memory.least_peak) is over the limit is not searched as it is:
-    no plan of it can fit."""
+    fastest of those that fit, its search time the last search's. Recomputing fewer blocks
+    costs fewer forwards again: before every block recomputed comes the graph with the fewest
+    first blocks recomputed with which the fastest plan of the graph as it is would fit, where
+    that graph was searched; where every block recomputed fits, the fewest with which that
+    graph's fastest plan would is searched after (`_fewest_recomputed`). Where no plan fits, the
+    leanest graph's PlanningError, which names the memory it needs. Where there is a leaner
+    graph, a graph whose least peak (cost.memory.least_peak) is over the limit is not searched
+    as it is: no plan of it can fit."""
     leaner = _leaner(graph, cluster, options)
     found: List[Plan] = []
     least = least_peak(graph, cluster.reuses_memory) if leaner and math.isfinite(limit) else 0.0
@@ -162,21 +176,38 @@ def _autoddl(
             return finish(problem, starts, _or_raise(x), [])
         if not isinstance(x, PlanningError):
             found.append(finish(problem, starts, x, []))
-        fewer = _partly_recomputed(problem, fastest, limit, leaner[0][1]) if fastest else None
-        leaner = ([fewer] if fewer else []) + leaner
+        if fastest is not None and leaner[0].every:
+            signature = _signatures(problem, fastest)
+            fewer = _fewest_recomputed(graph, leaner[0].blocks, signature, problem.model, limit)
+            leaner = ([_some_recomputed(graph, leaner[0].blocks, fewer)] if fewer else []) + leaner
 
-    def step(k: int) -> Union[Plan, PlanningError]:
-        lean, blocks, what, binds = leaner[k]
-        log.info("the memory limit binds: also planning with %s", what)
-        redone = make(lean())
+    def step(rung: Rung) -> Tuple[Union[Plan, PlanningError], Optional[int]]:
+        """The rung's plan (or error), and where it recomputes every block and fits, the fewest
+        blocks its fastest plan would fit with recomputed, where fewer than all."""
+        log.info("the memory limit binds: also planning with %s", rung.what)
+        redone = make(rung.make())
         redone_starts = seeds(redone)
-        y, _, _ = _search_within(redone, redone_starts, limit, options, executor, held, binds)
-        return y if isinstance(y, PlanningError) else finish(redone, redone_starts, y, blocks)
+        y, _, fast = _search_within(
+            redone, redone_starts, limit, options, executor, held, rung.binds
+        )
+        if isinstance(y, PlanningError):
+            return y, None
+        fewer = None
+        if rung.every and fast is not None:
+            signature = _signatures(redone, fast)
+            fewer = _fewest_recomputed(graph, rung.blocks, signature, redone.model, limit)
+        return finish(redone, redone_starts, y, rung.blocks), fewer
 
-    tried = executor.first(step, range(len(leaner)), lambda r: isinstance(r, Plan))
-    found += [r for r in tried if isinstance(r, Plan)]
+    tried = executor.first(step, leaner, lambda r: isinstance(r[0], Plan))
+    searched = {len(rung.blocks) for rung in leaner}
+    for rung, (result, fewer) in zip(leaner, tried):
+        if isinstance(result, Plan):
+            found.append(result)
+        if fewer is not None and fewer not in searched:  # fewer recomputed might fit, faster
+            again, _ = step(_some_recomputed(graph, rung.blocks, fewer))
+            found += [again] if isinstance(again, Plan) else []
     if not found:
-        leanest = tried[-1]  # none found, however lean: its error names the memory it needs
+        leanest = tried[-1][0]  # none found, however lean: its error names the memory it needs
         assert isinstance(leanest, PlanningError)
         raise leanest
     best = min(found, key=lambda p: p.predicted.step_time_s)
@@ -201,36 +232,58 @@ def _leaner(graph: Graph, cluster: Cluster, options: SearchOptions) -> List[Rung
         return recompute_graph(graph, blocks) if blocks else graph
 
     if blocks:
-        out.append((recomputed, blocks, f"{len(blocks)} blocks recomputed", False))
+        out.append(Rung(recomputed, blocks, f"{len(blocks)} blocks recomputed", False, True))
     if options.regather:
         what = f"{len(blocks)} blocks recomputed, " if blocks else ""
         copies = what + "tensors boxed again per phase"
-        out.append((lambda: regather_graph(recomputed()), blocks, copies, bool(blocks)))
+        out.append(Rung(lambda: regather_graph(recomputed()), blocks, copies, bool(blocks), False))
     return out
 
 
-def _partly_recomputed(
-    problem: Problem, fastest: Assignment, limit: float, blocks: List[str]
-) -> Optional[Rung]:
-    """The graph of `problem` with its first k repeated `blocks` recomputed, k the fewest at
-    which `fastest` (its fastest plan regardless of memory) would fit `limit` with its own
-    signatures, as recompute.recompute_delta's timelines count it (each estimate from what the
-    last recomputed freed per block, PARTIAL_TRIES at most): a rung before every block
-    recomputed, whose search fits its own plan and recomputes fewer forwards. None where that
-    is every block, or recomputing frees nothing."""
-    k = 1
+def _signatures(problem: Problem, x: Assignment) -> Callable[[str], Signature]:
+    """Each op's signature under x; a recomputed copy the problem's graph lacks takes its
+    original's, as OneFlow's copies do."""
+    ops = problem.unit_of
+    return lambda name: problem.signature(name if name in ops else original(name), x)
+
+
+def _fewest_recomputed(
+    graph: Graph,
+    blocks: List[str],
+    signature: Callable[[str], Signature],
+    model: CostModel,
+    limit: float,
+) -> Optional[int]:
+    """The fewest of the first `blocks` to recompute in `graph` for the plan of `signature` to
+    fit `limit` (cost.memory's timelines), interpolated between none and all of them recomputed
+    (PARTIAL_TRIES timelines more at most); None where that is every block, or none fits."""
+
+    def peak(k: int) -> float:
+        redone = recompute_graph(graph, blocks[:k]) if k else graph
+        return timeline(redone, signature, model).peak().bytes
+
+    lo, hi = 0, len(blocks)
+    at_hi = peak(hi)
+    if at_hi > limit or hi < 2:
+        return None
+    at_lo = peak(lo)
     for _ in range(PARTIAL_TRIES):
-        if k >= len(blocks):
-            return None
-        delta = recompute_delta(problem, blocks[:k], fastest)
-        over = delta.peak_after.bytes - limit
-        if over <= 0:
-            maker = functools.partial(recompute_graph, problem.graph, blocks[:k])
-            return maker, blocks[:k], f"{k} of {len(blocks)} blocks recomputed", False
-        if delta.memory_saved <= 0:
-            return None
-        k += math.ceil(over / (delta.memory_saved / k))
-    return None
+        if hi - lo < 2 or at_lo <= at_hi:
+            break
+        k = lo + math.ceil((hi - lo) * (at_lo - limit) / (at_lo - at_hi))
+        k = min(max(k, lo + 1), hi - 1)
+        at = peak(k)
+        if at <= limit:
+            hi, at_hi = k, at
+        else:
+            lo, at_lo = k, at
+    return hi if hi < len(blocks) else None
+
+
+def _some_recomputed(graph: Graph, blocks: List[str], k: int) -> Rung:
+    """The rung of `graph` with its first k repeated `blocks` recomputed."""
+    maker = functools.partial(recompute_graph, graph, blocks[:k])
+    return Rung(maker, blocks[:k], f"{k} of {len(blocks)} blocks recomputed", False, False)
 
 
 def _or_raise(x: Union[Assignment, PlanningError]) -> Assignment:
