@@ -15,6 +15,7 @@ from tqdm import tqdm
 import oneflow_autoddl
 from oneflow_autoddl.adapter.job import read_job
 from oneflow_autoddl.adapter.placement import placement
+from oneflow_autoddl.cli import parse_bytes
 from oneflow_autoddl.mesh import mesh_size, parse_mesh
 from oneflow_autoddl.planner import describe
 from oneflow_autoddl.report import summary
@@ -40,7 +41,10 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         help="ranks per node for the cost model (default: the cluster's devices per node)",
     )
     parser.add_argument(
-        "--memory-per-device", type=float, default=None, help="bytes a device may hold"
+        "--memory-per-device",
+        type=parse_bytes,
+        default=None,
+        help="bytes a device may hold (80e9, 40GiB, 512MB)",
     )
     parser.add_argument(
         "--plan",
