@@ -25,7 +25,6 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 from .assemble import assemble
 from .cost.cluster import Cluster, load_cluster
 from .cost.memory import least_peak, timeline
-from .cost.model import CostModel
 from .errors import PlanningError
 from .gc_pause import gc_paused
 from .ir import Graph
@@ -177,9 +176,9 @@ def _autoddl(
         if not isinstance(x, PlanningError):
             found.append(finish(problem, starts, x, []))
         if fastest is not None and leaner[0].every:
-            signature = _signatures(problem, fastest)
-            fewer = _fewest_recomputed(graph, leaner[0].blocks, signature, problem.model, limit)
-            leaner = ([_some_recomputed(graph, leaner[0].blocks, fewer)] if fewer else []) + leaner
+            every = leaner[0]
+            fewer = _fewest_recomputed(graph, every.make(), every.blocks, problem, fastest, limit)
+            leaner = ([_some_recomputed(graph, every.blocks, fewer)] if fewer else []) + leaner
 
     def step(rung: Rung) -> Tuple[Union[Plan, PlanningError], Optional[int]]:
         """The rung's plan (or error), and where it recomputes every block and fits, the fewest
@@ -194,8 +193,7 @@ def _autoddl(
             return y, None
         fewer = None
         if rung.every and fast is not None:
-            signature = _signatures(redone, fast)
-            fewer = _fewest_recomputed(graph, rung.blocks, signature, redone.model, limit)
+            fewer = _fewest_recomputed(graph, redone.graph, rung.blocks, redone, fast, limit)
         return finish(redone, redone_starts, y, rung.blocks), fewer
 
     tried = executor.first(step, leaner, lambda r: isinstance(r[0], Plan))
@@ -240,29 +238,32 @@ def _leaner(graph: Graph, cluster: Cluster, options: SearchOptions) -> List[Rung
     return out
 
 
-def _signatures(problem: Problem, x: Assignment) -> Callable[[str], Signature]:
-    """Each op's signature under x; a recomputed copy the problem's graph lacks takes its
-    original's, as OneFlow's copies do."""
-    ops = problem.unit_of
-    return lambda name: problem.signature(name if name in ops else original(name), x)
-
-
 def _fewest_recomputed(
     graph: Graph,
+    every: Graph,
     blocks: List[str],
-    signature: Callable[[str], Signature],
-    model: CostModel,
+    problem: Problem,
+    x: Assignment,
     limit: float,
 ) -> Optional[int]:
-    """The fewest of the first `blocks` to recompute in `graph` for the plan of `signature` to
-    fit `limit` (cost.memory's timelines), interpolated between none and all but one of them
+    """The fewest of the first `blocks` to recompute in `graph` for the plan x of `problem` (of
+    `graph`, or of `every`: `graph` with every block recomputed) to fit `limit`, each op taking
+    its signature under x and a recomputed copy `problem` lacks its original's, as OneFlow's
+    copies do (cost.memory's timelines), interpolated between none and all but one of them
     recomputed (PARTIAL_TRIES timelines more at most); None where that is every block, or none
     fits. A block fewer recomputed holds more, so where all but one do not fit, none fewer do
     (GPT-3 in bf16: one timeline of its 12k ops spared)."""
+    ops = problem.unit_of
+
+    def signature(name: str) -> Signature:
+        return problem.signature(name if name in ops else original(name), x)
 
     def peak(k: int) -> float:
-        redone = recompute_graph(graph, blocks[:k]) if k else graph
-        return timeline(redone, signature, model).peak().bytes
+        if k in (0, len(blocks)):
+            redone = every if k else graph
+        else:
+            redone = recompute_graph(graph, blocks[:k])
+        return timeline(redone, signature, problem.model).peak().bytes
 
     if len(blocks) < 2 or peak(len(blocks)) > limit:
         return None
