@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..gc_pause import gc_paused
-from ..search.descent import Descent
+from ..search.descent import Descent, Touching, touching
 from ..search.factors import FactorGraph, Price
 from ..search.memory import MemoryItem
 from ..search.partition import ball, neighbours, partition
@@ -113,6 +113,7 @@ class Search:
             self.items_of[item.vars[0]].append(item)
         self.best: Optional[Tuple[float, List[int]]] = None  # (cost, x) of the best that fits
         self.in_order = False  # whether partitions grow in program order (search.partition)
+        self._touchings: Dict[int, List[Touching]] = {}  # per variable: its factors, v's axis last
 
     def _time_left(self, until: Optional[float] = None) -> bool:
         return time.monotonic() < min(self.deadline, until or math.inf)
@@ -263,13 +264,20 @@ class Search:
         return var, candidate, added, freed
 
     def local_costs(self, x: Sequence[int], v: int) -> np.ndarray:
-        """The objective's terms over v per candidate, every other variable as in x."""
+        """The objective's terms over v per candidate, every other variable as in x. Each factor
+        is read through its table with v's axis last (search.descent's Touching, made once per
+        variable): one index per factor, no tuple of slices built per call."""
         total = self.graph.compute[v].copy()
-        for fid in self.graph.factors_of[v]:
-            f = self.graph.factors[fid]
-            index = tuple(slice(None) if u == v else x[u] for u in f.vars)
-            total += f.table[index]
+        for _, _, held_first, held, _ in self._touching(v):
+            total += held_first if held is None else held_first[held(x)]
         return total
+
+    def _touching(self, v: int) -> List[Touching]:
+        found = self._touchings.get(v)
+        if found is None:
+            found = [touching(self.graph.factors[f], {v}) for f in self.graph.factors_of[v]]
+            self._touchings[v] = found
+        return found
 
     def tighten(
         self, x: List[int], variables: Sequence[int], until: Optional[float] = None

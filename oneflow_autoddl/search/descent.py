@@ -94,7 +94,7 @@ Getter = Callable[[Sequence[int]], Union[int, Tuple[int, ...]]]
 Touching = Tuple[np.ndarray, Getter, np.ndarray, Optional[Getter], Tuple[int, ...]]
 
 
-def _touching(f: Factor, inside: Set[int]) -> Touching:
+def touching(f: Factor, inside: Set[int]) -> Touching:
     vars_ = f.vars
     held = tuple(v for v in vars_ if v not in inside)
     if not held:
@@ -175,7 +175,7 @@ class Descent:
         if found is None:
             inside = set(group)
             fids = sorted({f for v in group for f in self.problem.factors_of[v]})
-            found = [_touching(self.tables[f], inside) for f in fids]
+            found = [touching(self.tables[f], inside) for f in fids]
             self._arounds[key] = found
         return found
 
