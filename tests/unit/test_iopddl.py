@@ -131,6 +131,27 @@ def test_without_a_usage_limit_memory_is_free():
     assert evaluate(inst, solved.solution).cost == _brute_force(inst) == solved.cost
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_local_costs_are_the_objective_along_one_variable(seed):
+    """Search.local_costs(x, v)[k] differs from [x[v]] by what setting v to k changes the
+    objective by, pairwise and three-variable factors alike (tighten and repair rank moves by
+    it)."""
+    rng = np.random.default_rng(seed)
+    domain = list(rng.integers(2, 5, size=6))
+    unary = [rng.random(d) for d in domain]
+    scopes = [(0, 1), (1, 2), (2, 0), (3, 4), (1, 3, 5), (5, 0)]
+    factors = [Factor(s, rng.random([domain[v] for v in s])) for s in scopes]
+    graph = FactorGraph(domain, unary, factors)
+    search = Search(graph, Usage([], 0, domain), float("inf"), time.monotonic() + 10.0)
+    x = [int(rng.integers(d)) for d in domain]
+    for v in range(6):
+        costs = search.local_costs(x, v)
+        for k in range(domain[v]):
+            y = x[:v] + [k] + x[v + 1 :]
+            moved = graph.objective(y) - graph.objective(x)
+            assert costs[k] - costs[x[v]] == pytest.approx(moved)
+
+
 def test_repair_pays_only_for_the_bytes_over_the_limit():
     """One byte over: moving variable 1 (5 for 1 byte) beats variable 0 (10 for 100 bytes, the
     cheaper per byte freed, but 99 of them are not needed)."""
