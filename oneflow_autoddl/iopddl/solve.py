@@ -264,9 +264,9 @@ class Search:
         return var, candidate, added, freed
 
     def local_costs(self, x: Sequence[int], v: int) -> np.ndarray:
-        """The objective's terms over v per candidate, every other variable as in x. Each factor
-        is read through its table with v's axis last (search.descent's Touching, made once per
-        variable): one index per factor, no tuple of slices built per call."""
+        """The objective's terms over v per candidate, every other variable as in x, each factor
+        read through its table with v's axis last (search.descent.touching, made once per
+        variable)."""
         total = self.graph.compute[v].copy()
         for _, _, held_first, held, _ in self._touching(v):
             total += held_first if held is None else held_first[held(x)]

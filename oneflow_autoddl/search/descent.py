@@ -95,6 +95,8 @@ Touching = Tuple[np.ndarray, Getter, np.ndarray, Optional[Getter], Tuple[int, ..
 
 
 def touching(f: Factor, inside: Set[int]) -> Touching:
+    """How a solve of the variables `inside`, every other one held, reads factor f (Touching):
+    made once per group (or per variable: iopddl.solve's local costs), read at every plan."""
     vars_ = f.vars
     held = tuple(v for v in vars_ if v not in inside)
     if not held:
