@@ -2,21 +2,20 @@
 
 The graph is first reduced without loss (iopddl.reduce). Then rounds of coordinate descent
 (search.descent, exact group re-solves by variable elimination, over random partitions of the
-factor graph into groups of bounded elimination width: search.partition) each take
-ROUND_PASSES partitions, from where the last round left off, under a price per byte for each
-memory item (search.weights): raised for the items live at a step over the limit, lowered for
-the others, each bisected towards the least that keeps it within the limit. Each round's
-assignment is repaired to fit where it does not (greedy moves of the variables at the fullest
-step to leaner candidates, each the cheapest per byte of the excess it removes), tightened by
-single-variable moves along the limit and kept if cheapest. After STALE_SHARE of the rounds'
-time without a cheaper fit, the next starts again from the cheapest under the weights it was
-found under, times a random one of RESTART_SCALES, or (FROM_LOWEST of the time, where a round
+factor graph into groups of bounded elimination width: search.partition) each take a few
+partitions, from where the last round left off, under a price per byte for each memory item
+(search.weights): raised for the items live at a step over the limit, lowered for the others,
+each bisected towards the least that keeps it within the limit. Each round's assignment is
+repaired to fit where it does not (greedy moves of the variables at the fullest step to leaner
+candidates, each the cheapest per byte of the excess it removes), tightened by single-variable
+moves along the limit and kept if cheapest. After a while without a cheaper fit, the next round
+starts again from the cheapest under the weights it was found under, scaled, or (where a round
 reached a cheaper assignment over the limit) from the cheapest round under fresh weights; after
-IN_ORDER_AFTER restarts in a row that found nothing, the partitions grow in program order until
-a restart finds a cheaper fit. The
-rest of the time goes to iterated local search: a random ball of variables takes random
-candidates, the groups around it descend again under a multiple of the last weights, and the
-result is kept if it fits and costs less. Only assignments that fit are ever returned.
+restarts in a row that found nothing, the partitions grow in program order until a restart finds
+a cheaper fit. The rest of the time goes to iterated local search: a random ball of variables
+takes random candidates, the groups around it descend again under a multiple of the last
+weights, and the result is kept if it fits and costs less. Only assignments that fit are ever
+returned. How much of each, and when: iopddl.options.SolveOptions.
 """
 
 import logging
@@ -36,25 +35,14 @@ from ..search.partition import ball, neighbours, partition
 from ..search.prices import StepPrices, lower_bound
 from ..search.weights import ItemWeights, items_over
 from .instance import Instance
+from .options import SolveOptions
 from .reduce import Infeasible, Reduction
 
 log = logging.getLogger(__name__)
 
-PATIENCE = 2  # partitions in a row that lower nothing end a kick's descent
-GROUP_VARS = 300  # most variables in one group of a partition
-CHUNK_VARS = 600  # variables a descent takes between looks at the clock
-ROUND_PASSES = 2  # partitions a round descends under one set of item weights
-ROUNDS_SHARE = 0.97  # of the time for the rounds; the rest for the kicks
-KICK = 8  # most variables a kick sets at random
-AROUND = 120  # variables around a kick that descend again
-TIGHTEN_PASSES = 3  # of single-variable moves along the limit after a kick
-LEVELS = (0.0, 0.5, 1.0, 2.0)  # the weights a kick descends under, as multiples of the last
 Moves = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # variable, candidate, added, freed
 NO_MOVES: Moves = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-STALE_SHARE = 0.08  # of the rounds' time with no cheaper fit sends the next back to the cheapest
-RESTART_SCALES = (0.5, 1.0, 2.0)  # it starts under the weights that found it times one of these
-FROM_LOWEST = 0.5  # or, this often, from the cheapest round where that costs less, under fresh ones
-IN_ORDER_AFTER = 2  # restarts in a row that found nothing before the next grows in program order
+DEFAULTS = SolveOptions()
 
 
 @dataclass
@@ -101,9 +89,16 @@ class Usage:
 
 class Search:
     def __init__(
-        self, graph: FactorGraph, usage: Usage, limit: float, deadline: float, seed: int = 0
+        self,
+        graph: FactorGraph,
+        usage: Usage,
+        limit: float,
+        deadline: float,
+        seed: int = 0,
+        options: SolveOptions = DEFAULTS,
     ):
         self.graph, self.usage, self.limit, self.deadline = graph, usage, limit, deadline
+        self.options = options
         self.rng = random.Random(seed)
         self.near = neighbours(graph)
         self.free = [v for v in range(len(graph)) if graph.is_free(v)]
@@ -132,15 +127,22 @@ class Search:
         passes: Optional[int] = None,
     ) -> List[int]:
         """x after descents over random partitions of `variables`: `passes` of them, or (None)
-        until PATIENCE partitions in a row lower nothing; fewer where time is up or `until` has
-        passed (the groups go a few at a time, so that a large graph's sweep stops near it)."""
-        fails, done = 0, 0
+        until `options.patience` partitions in a row lower nothing; fewer where time is up or
+        `until` has passed (the groups go a few at a time, so that a large graph's sweep stops
+        near it)."""
+        fails, done, o = 0, 0, self.options
         value = self.graph.objective(x, price)
-        while fails < PATIENCE and done != passes and self._time_left(until):
+        while fails < o.patience and done != passes and self._time_left(until):
             groups = partition(
-                self.graph, self.near, variables, self.rng, GROUP_VARS, in_order=self.in_order
+                self.graph,
+                self.near,
+                variables,
+                self.rng,
+                o.group_vars,
+                in_order=self.in_order,
+                max_checks=o.group_checks,
             )
-            for chunk in _chunks(groups, CHUNK_VARS):
+            for chunk in _chunks(groups, o.chunk_vars):
                 if not self._time_left(until):
                     break
                 x = Descent(self.graph, price, chunk).run(x, max_sweeps=3)
@@ -162,21 +164,21 @@ class Search:
         return True
 
     def balance(self, x: List[int], until: float) -> np.ndarray:
-        """Rounds of ROUND_PASSES partitions' descents under per-item memory weights
+        """Rounds of `options.round_passes` partitions' descents under per-item memory weights
         (search.weights) until `until`, each from where the last left off; what each lands on
         is repaired to fit, tightened along the limit and kept if cheapest. A descent that goes
         on under moving weights leaves basins that one price's descents stay in; where it has
-        wandered STALE_SHARE of the time without a cheaper fit, it starts again from the cheapest,
-        under the weights that found it scaled by a random one of RESTART_SCALES (the same
-        weights again would repeat the same rounds where the descent is exact); or, FROM_LOWEST
-        of the time where a round reached an assignment cheaper than the cheapest fit, from that
-        one under fresh weights: the cheapest fit can be a local optimum of the descent that no
-        weights lead out of (graph G: 229,274, where the fit 217,039 differs in 50 variables), the
-        rounds over the limit come at it from the cheap side. Where IN_ORDER_AFTER restarts in a
-        row found nothing, the next ones grow their partitions in program order (no draw, so the
-        random choices stay as they were until then): G's way out of 229,274 is a stretch of the
-        program re-solved at once, which random connected groups split, while S's rounds, which
-        seldom stall so long, need random groups.
+        wandered `stale_share` of the time without a cheaper fit, it starts again from the
+        cheapest, under the weights that found it scaled by a random one of `restart_scales`
+        (the same weights again would repeat the same rounds where the descent is exact); or,
+        `from_lowest` of the time where a round reached an assignment cheaper than the cheapest
+        fit, from that one under fresh weights: the cheapest fit can be a local optimum of the
+        descent that no weights lead out of (graph G: 229,274, where the fit 217,039 differs in
+        50 variables), the rounds over the limit come at it from the cheap side. Where
+        `in_order_after` restarts in a row found nothing, the next ones grow their partitions in
+        program order (no draw, so the random choices stay as they were until then): G's way out
+        of 229,274 is a stretch of the program re-solved at once, which random connected groups
+        split, while S's rounds, which seldom stall so long, need random groups.
         The weights reached (none where memory is unlimited: the descent then goes to
         convergence)."""
         self.consider(x)
@@ -184,13 +186,14 @@ class Search:
             self.consider(self.descend(x, 0.0, self.free, until))
             return np.zeros(len(self.usage.items))
         weights = self._fresh(x)
-        patience = STALE_SHARE * max(until - time.monotonic(), 0.0)
+        o = self.options
+        patience = o.stale_share * max(until - time.monotonic(), 0.0)
         found_under, since, rounds = weights.scaled(1.0), time.monotonic(), 0
         fruitless = 0  # restarts since the cheapest fit last changed
         lowest = (math.inf, x)  # the cheapest assignment a round reached, fitting or not
         while self._time_left(until):
             cheapest = self.best
-            x = self.descend(x, self.usage.prices(weights.weight), self.free, until, ROUND_PASSES)
+            x = self.descend(x, self.usage.prices(weights.weight), self.free, until, o.round_passes)
             lowest = min(lowest, (self.graph.objective(x), x), key=lambda pair: pair[0])
             profile = self.usage.profile(x)
             fitting = x if profile.max() <= self.limit else self.repair(x, until)
@@ -201,11 +204,11 @@ class Search:
             weights.update(items_over(self.usage.start, self.usage.end, profile, self.limit))
             rounds += 1
             if time.monotonic() - since >= patience and self.best is not None:
-                self.in_order = fruitless >= IN_ORDER_AFTER
+                self.in_order = fruitless >= o.in_order_after
                 fruitless += 1
-                scale = self.rng.choice(RESTART_SCALES)
+                scale = self.rng.choice(o.restart_scales)
                 x, weights = list(self.best[1]), found_under.scaled(scale)
-                if lowest[0] < self.best[0] and self.rng.random() < FROM_LOWEST:
+                if lowest[0] < self.best[0] and self.rng.random() < o.from_lowest:
                     x, weights = list(lowest[1]), self._fresh(lowest[1])
                 since = time.monotonic()
                 log.debug("back to the cheapest fit, cost %.6g", self.best[0])
@@ -287,7 +290,7 @@ class Search:
         makes."""
         x = list(x)
         profile = self.usage.profile(x)
-        for _ in range(TIGHTEN_PASSES):
+        for _ in range(self.options.tighten_passes):
             moved = False
             for i, v in enumerate(variables):
                 if i % 64 == 0 and not self._time_left(until):
@@ -318,21 +321,23 @@ class Search:
 
     def improve(self, weights: np.ndarray) -> int:
         """Iterated local search from the best assignment that fits, until the deadline; the
-        number of kicks. Each kick descends under weights drawn from LEVELS times the last ones:
+        number of kicks. Each kick descends under weights drawn from `levels` times the last ones:
         the cheapest assignment that fits need not be the optimum of any one set of weights (the
         relaxation's gap), and an unpriced descent that lands over the limit is kept from."""
         kicks = 0
         levels: List[Price] = [0.0]
         if weights.any():
-            levels = [self.usage.prices(level * weights) for level in LEVELS]
+            levels = [self.usage.prices(level * weights) for level in self.options.levels]
         while self.best is not None and self._time_left() and self.free:
             price = self.rng.choice(levels)
             x = list(self.best[1])
-            hit = ball(self.near, [self.rng.choice(self.free)], self.rng.randint(1, KICK))
+            hit = ball(
+                self.near, [self.rng.choice(self.free)], self.rng.randint(1, self.options.kick)
+            )
             hit = [v for v in hit if self.graph.is_free(v)]
             for v in hit:
                 x[v] = self.rng.randrange(int(self.graph.domain[v]))
-            around = [v for v in ball(self.near, hit, AROUND) if self.graph.is_free(v)]
+            around = [v for v in ball(self.near, hit, self.options.around) if self.graph.is_free(v)]
             x = self.descend(x, price, around)
             if self.consider(x):
                 self.consider(self.tighten(x, around))
@@ -341,9 +346,12 @@ class Search:
 
 
 @gc_paused()
-def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
-    """The cheapest assignment found by `deadline` (time.monotonic()) that fits the limit; Python's
-    cyclic collector paused meanwhile, as planner.plan pauses it (oneflow_autoddl.gc_pause)."""
+def solve(
+    instance: Instance, deadline: float, seed: int = 0, options: SolveOptions = DEFAULTS
+) -> Solved:
+    """The cheapest assignment found by `deadline` (time.monotonic()) that fits the limit, searched
+    as `options` say; Python's cyclic collector paused meanwhile, as planner.plan pauses it
+    (oneflow_autoddl.gc_pause)."""
     limit = math.inf if instance.usage_limit is None else float(instance.usage_limit)
     try:
         reduction = Reduction(instance)
@@ -356,9 +364,9 @@ def solve(instance: Instance, deadline: float, seed: int = 0) -> Solved:
         log.warning("no assignment fits %d: the least peak memory is %d", limit, least)
         return Solved([], math.inf, least)
     graph = reduction.graph
-    search = Search(graph, usage, limit, deadline, seed)
+    search = Search(graph, usage, limit, deadline, seed, options)
     start = [int(np.argmin(u)) for u in graph.compute]
-    weights = search.balance(start, search.share(ROUNDS_SHARE))
+    weights = search.balance(start, search.share(options.rounds_share))
     kicks = search.improve(weights)
     log.info("%d kicks", kicks)
     if search.best is None:

@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from .eliminate import MAX_ENTRIES, elimination_width
 from .factors import FactorGraph
 
-MAX_CHECKS = 40  # widths counted per group: each costs about its size, so a group stops there
+MAX_CHECKS = 40  # widths counted per group by default: each costs about the group's size
 
 
 class _Parts:
@@ -102,15 +102,17 @@ def grow_group(
     max_vars: Optional[int] = None,
     max_entries: int = MAX_ENTRIES,
     in_order: bool = False,
+    max_checks: int = MAX_CHECKS,
 ) -> List[int]:
     """A connected group of `allowed` variables grown from `seed` in random order (`in_order`:
-    the variable nearest `seed` in number first), of elimination width within `max_entries`."""
+    the variable nearest `seed` in number first), of elimination width within `max_entries`;
+    at most `max_checks` variables that close a cycle are weighed, each by a width count."""
     parts = _Parts()
     parts.add(seed)
     scopes = _Scopes(graph, seed)
     members, frontier, refused = [seed], _Frontier(seed, rng, in_order), set()
     frontier.extend(near[seed])
-    checks = MAX_CHECKS
+    checks = max_checks
     while frontier and (max_vars is None or len(members) < max_vars):
         v = frontier.pop()
         if v in parts.parent or v in refused or v not in allowed:
@@ -165,17 +167,20 @@ def partition(
     max_vars: Optional[int] = None,
     max_entries: int = MAX_ENTRIES,
     in_order: bool = False,
+    max_checks: int = MAX_CHECKS,
 ) -> List[List[int]]:
     """`variables` partitioned into connected groups of at most `max_vars` variables and
-    elimination width within `max_entries`, grown from random seeds (grow_group's `in_order`);
-    largest first."""
+    elimination width within `max_entries`, grown from random seeds (grow_group's `in_order`
+    and `max_checks`); largest first."""
     left = set(variables)
     order = list(variables)
     rng.shuffle(order)
     groups = []
     for seed in order:
         if seed in left:
-            group = grow_group(graph, near, seed, left, rng, max_vars, max_entries, in_order)
+            group = grow_group(
+                graph, near, seed, left, rng, max_vars, max_entries, in_order, max_checks
+            )
             left.difference_update(group)
             groups.append(sorted(group))
     groups.sort(key=len, reverse=True)

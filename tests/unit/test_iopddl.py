@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 
 from benchmarks import iopddl as bench
-from oneflow_autoddl.errors import GraphError
+from oneflow_autoddl.errors import AutoDDLError, GraphError
+from oneflow_autoddl.iopddl import solve as solve_module
 from oneflow_autoddl.iopddl.instance import FORBIDDEN, evaluate, parse, read
+from oneflow_autoddl.iopddl.options import SolveOptions, with_settings
 from oneflow_autoddl.iopddl.solve import Search, Usage, solve
 from oneflow_autoddl.search.descent import Descent
 from oneflow_autoddl.search.eliminate import Factor
 from oneflow_autoddl.search.factors import FactorGraph
 from oneflow_autoddl.search.memory import MemoryItem
+from oneflow_autoddl.search.partition import partition
 
 
 def _problem(costs, usages, intervals, edges, edge_costs, limit):
@@ -189,3 +192,34 @@ def test_benchmark_prints_the_solution_last_and_checks_it(tmp_path, capsys):
     assert bench.main(["--check", str(path), last]) == 0
     assert "valid True" in capsys.readouterr().out
     assert bench.main(["--check", str(path), "[1, 2, 0]"]) == 1
+
+
+def test_settings_set_the_solve_options_and_name_what_is_wrong():
+    options = with_settings(SolveOptions(), ["round_passes=1", "stale_share=1", "levels=(0, 2.0)"])
+    assert (options.round_passes, options.stale_share, options.levels) == (1, 1.0, (0, 2.0))
+    assert isinstance(options.stale_share, float)
+    for bad, says in [
+        ("rounds=3", "NAME one of rounds_share"),
+        ("kick", "NAME=VALUE"),
+        ("kick=x", "not a Python literal"),
+        ("kick=1.5", "kick must be of type int"),
+    ]:
+        with pytest.raises(AutoDDLError, match=says):
+            with_settings(SolveOptions(), [bad])
+
+
+def test_the_search_takes_its_partitions_as_the_options_say(monkeypatch):
+    """Options reach the search: the partitions' group size and width checks are the options'."""
+    asked = []
+
+    def recording(*args, **kwargs):
+        asked.append((args[4], kwargs["max_checks"]))
+        return partition(*args, **kwargs)
+
+    monkeypatch.setattr(solve_module, "partition", recording)
+    inst = parse(_random_problem(random.Random(1), 7, 0.45))  # one some assignment fits
+    options = SolveOptions(group_vars=3, group_checks=0)
+    solved = solve(inst, time.monotonic() + 0.3, 0, options)
+    assert asked and set(asked) == {(3, 0)}
+    assert evaluate(inst, solved.solution).valid
+
