@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import iopddl as bench
+from benchmarks import iopddl_seeds
 from oneflow_autoddl.errors import AutoDDLError, GraphError
 from oneflow_autoddl.iopddl import solve as solve_module
 from oneflow_autoddl.iopddl.instance import FORBIDDEN, evaluate, parse, read
@@ -223,3 +224,20 @@ def test_the_search_takes_its_partitions_as_the_options_say(monkeypatch):
     assert asked and set(asked) == {(3, 0)}
     assert evaluate(inst, solved.solution).valid
 
+
+def test_seeds_runner_checks_every_seed(tmp_path, capsys):
+    assert iopddl_seeds.parse_seeds("2-4") == [2, 3, 4]
+    assert iopddl_seeds.parse_seeds("0,5") == [0, 5]
+    with pytest.raises(AutoDDLError, match="range like 0-5"):
+        iopddl_seeds.parse_seeds("a-b")
+    path = tmp_path / "hand.json"
+    path.write_text(json.dumps(HAND))
+    rows = tmp_path / "rows.json"
+    best = _brute_force(parse(HAND))
+    argv = [str(path), "--timeout", "3", "--seeds", "0-1", "--best", str(best), "--json", str(rows)]
+    assert iopddl_seeds.main(argv + ["--option", "kick=2"]) == 0
+    assert "valid: 2 of 2" in capsys.readouterr().out
+    written = json.loads(rows.read_text())
+    assert written["options"] == ["kick=2"]
+    assert [r["ratio"] for r in written["rows"]] == [1.0, 1.0]
+    assert iopddl_seeds.main(argv + ["--option", "nope=1"]) == 2
