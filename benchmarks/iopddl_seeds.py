@@ -55,12 +55,12 @@ def _run(path: str, timeout: float, seed: int, settings: List[str]) -> dict:
 
 def _row(instance: Instance, run: dict, best: Optional[float]) -> dict:
     result = evaluate(instance, run["solution"])
-    found = bool(run["solution"]) and result.valid
+    valid = bool(run["solution"]) and result.valid  # `[]`: no solution found
     return {
         "seed": run["seed"],
-        "cost": result.cost if found else None,
-        "ratio": result.cost / best if found and best else None,
-        "valid": result.valid if run["solution"] else False,
+        "cost": result.cost if valid else None,
+        "ratio": result.cost / best if valid and best else None,
+        "valid": valid,
         "wall_s": run["wall_s"],
     }
 

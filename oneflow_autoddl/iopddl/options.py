@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Sequence, Tuple
 
 from ..errors import AutoDDLError
+from ..search.partition import MAX_CHECKS
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class SolveOptions:
     # Most variables closing a cycle a group weighs taking in: each costs a count of the
     # group's elimination width (search.partition.grow_group); the cycles are what make a
     # group's descent worth more than single moves, and what make it dear.
-    group_checks: int = 40
+    group_checks: int = MAX_CHECKS
     # Variables a descent takes between looks at the clock.
     chunk_vars: int = 600
     # Partitions in a row that lower nothing end a kick's descent.
