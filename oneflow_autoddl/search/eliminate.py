@@ -7,6 +7,7 @@ It returns None instead of building a table over a limit (MAX_ENTRIES by default
 can skip the group.
 """
 
+import functools
 import heapq
 import math
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
@@ -14,6 +15,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 import numpy as np
 
 MAX_ENTRIES = 1 << 20  # search.options.SearchOptions.max_table_entries
+PLANNED_SUMS = 1 << 14  # distinct step shapes whose sum plans are kept
 
 
 class Factor:
@@ -38,37 +40,56 @@ class _Order:
     eliminations join them, sizes in a heap: a step costs its neighbourhood, not a scan of
     every variable left."""
 
-    def __init__(self, free: Sequence[int], domain: Dict[int, int], scopes: List[Tuple[int, ...]]):
-        self.domain = domain
-        self.near: Dict[int, Set[int]] = {v: {v} for v in free}
-        for scope in scopes:
-            if len(scope) > 1:  # a variable's own table joins it to no one
-                for v in scope:
-                    self.near[v].update(scope)
-        self.size = {v: math.prod(map(domain.__getitem__, self.near[v])) for v in free}
+    def __init__(
+        self,
+        domain: Dict[int, int],
+        near: Dict[int, Set[int]],
+        size: Optional[Dict[int, int]] = None,
+    ):
+        """`near`: each variable's neighbourhood, itself included (the order takes it over);
+        `size`: the product of each neighbourhood's domains, where the caller kept it."""
+        self.domain, self.near = domain, near
+        get = domain.__getitem__
+        self.size = {v: math.prod(map(get, n)) for v, n in near.items()} if size is None else size
         self.heap = [(size, v) for v, size in self.size.items()]
         heapq.heapify(self.heap)
 
     def next(self) -> Tuple[int, int]:
         """(the variable to eliminate next, the size of its table)."""
+        heap, sizes = self.heap, self.size
         while True:
-            size, v = heapq.heappop(self.heap)
-            if self.size.get(v) == size:
+            size, v = heapq.heappop(heap)
+            if sizes.get(v) == size:
                 return v, size
 
     def eliminate(self, v: int) -> None:
         """Take v out; its neighbours join each other (the table left behind spans them)."""
-        rest = self.near.pop(v)
+        near_of, sizes, domain, heap = self.near, self.size, self.domain, self.heap
+        rest = near_of.pop(v)
         rest.discard(v)
-        del self.size[v]
-        dv = self.domain[v]
+        del sizes[v]
+        dv = domain[v]
         for u in rest:
-            near = self.near[u]
+            near = near_of[u]
             near.discard(v)  # neighbourhoods are symmetric: u's held v
             added = rest - near
-            near |= added
-            self.size[u] = self.size[u] * math.prod(map(self.domain.__getitem__, added)) // dv
-            heapq.heappush(self.heap, (self.size[u], u))
+            size = sizes[u] // dv
+            if added:
+                near |= added
+                size *= math.prod(map(domain.__getitem__, added))
+            sizes[u] = size
+            heapq.heappush(heap, (size, u))
+
+
+def neighbourhoods(free: Sequence[int], scopes: Sequence[Tuple[int, ...]]) -> Dict[int, Set[int]]:
+    """Each free variable's neighbourhood under factors over `scopes`: itself and every variable
+    a factor holds with it (a variable's own table joins it to no one)."""
+    near: Dict[int, Set[int]] = {v: {v} for v in free}
+    for scope in scopes:
+        if len(scope) > 1:
+            for v in scope:
+                near[v].update(scope)
+    return near
 
 
 def elimination_width(
@@ -79,10 +100,22 @@ def elimination_width(
 ) -> int:
     """Largest table `solve` would build for factors over `scopes` (free variables only), without
     building it (it stops counting past `limit`)."""
-    order, widest = _Order(free, domain, scopes), 0
-    for _ in range(len(free)):
-        v, size = order.next()
-        widest = max(widest, size)
+    return neighbourhood_width(domain, neighbourhoods(free, scopes), limit)
+
+
+def neighbourhood_width(
+    domain: Dict[int, int],
+    near: Dict[int, Set[int]],
+    limit: int = MAX_ENTRIES,
+    size: Optional[Dict[int, int]] = None,
+) -> int:
+    """elimination_width of the variables of `near` (`neighbourhoods`', taken over and emptied;
+    `size` as _Order takes it): for a caller that keeps the neighbourhoods as a group grows,
+    where building them from the scopes again would cost most of the count."""
+    order, widest = _Order(domain, near, size), 0
+    for _ in range(len(near)):
+        v, size_ = order.next()
+        widest = max(widest, size_)
         if widest > limit:
             break
         order.eliminate(v)
@@ -129,6 +162,14 @@ def sum_plan(views: Sequence[Tuple[int, ...]]) -> List[Merge]:
     return merges
 
 
+@functools.lru_cache(maxsize=PLANNED_SUMS)
+def _planned_sum(views: Tuple[Tuple[int, ...], ...]) -> Tuple[Merge, ...]:
+    """sum_plan(views), made once per distinct views: the steps of a search's eliminations repeat
+    a few shapes (a variable, its factor with one neighbour, the table left by the last step)
+    thousands of times."""
+    return tuple(sum_plan(views))
+
+
 def add_up(tables: List[np.ndarray], merges: Sequence[Merge]) -> np.ndarray:
     """The sum of `tables` by `merges` (sum_plan's): `tables` is extended with every sum; only a
     sum made here is added into in place."""
@@ -139,6 +180,23 @@ def add_up(tables: List[np.ndarray], merges: Sequence[Merge]) -> np.ndarray:
         else:
             tables.append(tables[i] + tables[j])
     return tables[-1]
+
+
+def _load(
+    fid: int, positions: List[int], full: Tuple[int, ...]
+) -> Tuple[int, Optional[List[int]], Tuple[int, ...]]:
+    """How a step takes table `fid`, whose axes go to `positions` of the step's table of shape
+    `full`: (fid, the transposition putting its axes in the step's order or None where they are,
+    its shape with 1 on the axes it lacks)."""
+    view = [1] * len(full)
+    for p in positions:
+        view[p] = full[p]
+    ordered = positions == sorted(positions)
+    return (
+        fid,
+        None if ordered else sorted(range(len(positions)), key=positions.__getitem__),
+        tuple(view),
+    )
 
 
 class Program:
@@ -155,11 +213,7 @@ class Program:
         scopes: List[Tuple[int, ...]],
         limit: int = MAX_ENTRIES,
     ):
-        shapes: Dict[int, Tuple[int, ...]] = {}
-        scope_of: Dict[int, Tuple[int, ...]] = {}
-        for fid, vars_ in enumerate([(v,) for v in free] + list(scopes)):
-            scope_of[fid] = vars_
-            shapes[fid] = tuple(domain[v] for v in vars_)
+        scope_of: Dict[int, Tuple[int, ...]] = dict(enumerate([(v,) for v in free] + list(scopes)))
         touch: Dict[int, Set[int]] = {v: set() for v in free}
         for fid, vars_ in scope_of.items():
             for v in vars_:
@@ -169,40 +223,33 @@ class Program:
         self.steps: List[tuple] = []
         self.trace: List[Tuple[int, Tuple[int, ...]]] = []
         self.feasible = True
-        sequence = _Order(free, domain, list(scopes))
+        sequence = _Order(domain, neighbourhoods(free, scopes))
         for _ in range(len(free)):
             best, best_size = sequence.next()
             if best_size > limit:
                 self.feasible = False
                 return
             fids = touch.pop(best)
-            touching = [(fid, scope_of.pop(fid), shapes.pop(fid)) for fid in fids]
-            for _, vars_, _ in touching:
-                for u in vars_:
-                    if u != best:
-                        touch[u] -= fids
-            vars_ = tuple(sorted({v for _, scope, _ in touching for v in scope}))
+            touching = [(fid, scope_of.pop(fid)) for fid in fids]
+            joined = {v for _, scope in touching for v in scope}
+            joined.discard(best)
+            for u in joined:
+                touch[u] -= fids
+            vars_ = tuple(sorted(joined | {best}))
             axis = {v: i for i, v in enumerate(vars_)}
-            loads = []
-            for fid, scope, shape in touching:
-                order = sorted(range(len(scope)), key=lambda i: axis[scope[i]])
-                view = [1] * len(vars_)
-                for i in order:
-                    view[axis[scope[i]]] = shape[i]
-                loads.append(
-                    (fid, None if order == list(range(len(order))) else order, tuple(view))
-                )
-            ax = vars_.index(best)
+            full = tuple(domain[v] for v in vars_)
+            loads = [_load(fid, [axis[v] for v in scope], full) for fid, scope in touching]
+            ax = axis[best]
             rest = vars_[:ax] + vars_[ax + 1 :]
             out = -1
             if rest:
                 out = next_id
-                scope_of[out], shapes[out] = rest, tuple(domain[v] for v in rest)
+                scope_of[out] = rest
                 for u in rest:
                     touch[u].add(out)
                 next_id += 1
-            full = tuple(domain[v] for v in vars_)
-            self.steps.append((loads, sum_plan([view for _, _, view in loads]), full, ax, out))
+            merges = _planned_sum(tuple(v for _, _, v in loads))
+            self.steps.append((loads, merges, full, ax, out))
             self.trace.append((best, rest))
             sequence.eliminate(best)
 

@@ -5,7 +5,7 @@ A group is grown from a random seed through the factors, one random frontier var
 time. A variable that keeps the group an induced forest of the factors (no two of its factors
 lead into the same connected part of the group; union-find) joins it: a forest's elimination,
 leaf by leaf, builds no table larger than its largest factor. One that closes a cycle joins
-only if the group's elimination (search.eliminate.elimination_width, counted without building
+only if the group's elimination (search.eliminate.neighbourhood_width, counted without building
 a table) stays within `max_entries`: the cycles are what a descent over single variables or
 forests cannot change together. Drawn anew, a partition puts every variable in new company,
 which lets repeated descents leave the optimum of one partition. Grown in order instead (the
@@ -14,10 +14,11 @@ variables are numbered in program order, as IOPDDL's are.
 """
 
 import heapq
+import math
 import random
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from .eliminate import MAX_ENTRIES, elimination_width
+from .eliminate import MAX_ENTRIES, neighbourhood_width
 from .factors import FactorGraph
 
 MAX_CHECKS = 40  # widths counted per group by default: each costs about the group's size
@@ -64,33 +65,47 @@ def _parts_joined(graph: FactorGraph, v: int, parts: _Parts) -> Optional[List[in
     return found
 
 
-class _Scopes:
-    """The group's factors restricted to its variables, kept as the group grows: a width check
-    costs the group's elimination, not a scan of every member's factors."""
+class _Neighbourhoods:
+    """Each group variable's neighbourhood within the group (itself and the members a factor holds
+    with it) and its table size, kept as the group grows: a width check costs the group's
+    elimination (search.eliminate.neighbourhood_width), not building them again from the scopes."""
 
     def __init__(self, graph: FactorGraph, seed: int):
         self.graph = graph
         self.domain: Dict[int, int] = {}
-        self.scope: Dict[int, Tuple[int, ...]] = {}
+        self.near: Dict[int, Set[int]] = {}
+        self.size: Dict[int, int] = {}
         self.add(seed)
 
-    def _with(self, v: int) -> Dict[int, Tuple[int, ...]]:
-        """v's factors restricted to the group and v."""
-        return {
-            f: tuple(u for u in self.graph.factors[f].vars if u == v or u in self.domain)
-            for f in self.graph.factors_of[v]
-        }
+    def _members_near(self, v: int) -> Set[int]:
+        """The members a factor of v holds with it."""
+        factors, domain = self.graph.factors, self.domain
+        return {u for f in self.graph.factors_of[v] for u in factors[f].vars if u in domain}
 
     def add(self, v: int) -> None:
-        self.scope.update(self._with(v))
-        self.domain[v] = int(self.graph.domain[v])
+        members = self._members_near(v)
+        dv = int(self.graph.domain[v])
+        for u in members:
+            self.near[u].add(v)
+            self.size[u] *= dv
+        self.domain[v] = dv
+        self.near[v] = members | {v}
+        self.size[v] = math.prod(map(self.domain.__getitem__, self.near[v]))
 
     def width_with(self, v: int, limit: int) -> int:
         """The largest table eliminating the group and v builds, every other variable held
         (past `limit`, some number above it)."""
-        scopes = {**self.scope, **self._with(v)}
-        domain = {**self.domain, v: int(self.graph.domain[v])}
-        return elimination_width(list(domain), domain, list(set(scopes.values())), limit)
+        members = self._members_near(v)
+        dv = int(self.graph.domain[v])
+        near = {u: set(n) for u, n in self.near.items()}
+        size = dict(self.size)
+        for u in members:
+            near[u].add(v)
+            size[u] *= dv
+        domain = {**self.domain, v: dv}
+        near[v] = members | {v}
+        size[v] = math.prod(map(domain.__getitem__, near[v]))
+        return neighbourhood_width(domain, near, limit, size)
 
 
 def grow_group(
@@ -109,7 +124,7 @@ def grow_group(
     at most `max_checks` variables that close a cycle are weighed, each by a width count."""
     parts = _Parts()
     parts.add(seed)
-    scopes = _Scopes(graph, seed)
+    near_sets = _Neighbourhoods(graph, seed)
     members, frontier, refused = [seed], _Frontier(seed, rng, in_order), set()
     frontier.extend(near[seed])
     checks = max_checks
@@ -120,12 +135,12 @@ def grow_group(
         joined = _parts_joined(graph, v, parts)
         if joined is None:
             checks -= 1
-            if checks < 0 or scopes.width_with(v, max_entries) > max_entries:
+            if checks < 0 or near_sets.width_with(v, max_entries) > max_entries:
                 refused.add(v)  # the group only grows: its width would only grow too
                 continue
             joined = list({parts.find(u) for u in near[v] if u in parts.parent})
         parts.add(v)
-        scopes.add(v)
+        near_sets.add(v)
         for part in joined:
             parts.parent[parts.find(part)] = v
         members.append(v)
