@@ -16,6 +16,7 @@ import numpy as np
 
 MAX_ENTRIES = 1 << 20  # search.options.SearchOptions.max_table_entries
 PLANNED_SUMS = 1 << 14  # distinct step shapes whose sum plans are kept
+SCRATCH_ENTRIES = 1 << 15  # a step whose table holds this many sums it in reused buffers
 
 
 class Factor:
@@ -248,8 +249,10 @@ class Program:
                 for u in rest:
                     touch[u].add(out)
                 next_id += 1
-            merges = _planned_sum(tuple(v for _, _, v in loads))
-            self.steps.append((loads, merges, full, ax, out))
+            views = tuple(v for _, _, v in loads)
+            merges = _planned_sum(views)
+            sums = _sum_shapes(views, merges) if math.prod(full) >= SCRATCH_ENTRIES else None
+            self.steps.append((loads, merges, full, ax, out, sums))
             self.trace.append((best, rest))
             sequence.eliminate(best)
 
@@ -260,26 +263,83 @@ class Program:
             return None
         slots: Dict[int, np.ndarray] = dict(enumerate(tables))
         constant = 0.0
-        kept = []
-        for loads, merges, full, ax, out in self.steps:
+        kept: List[tuple] = []
+        for loads, merges, full, ax, out, sums in self.steps:
             work = []
             for fid, order, view in loads:
                 t = slots.pop(fid)
                 work.append((t.transpose(order) if order is not None else t).reshape(view))
-            total = add_up(work, merges)
+            if sums is None:
+                total = add_up(work, merges)
+            else:  # its table is summed again along the one line read back
+                kept.append((list(work), ax, merges))
+                total = _SCRATCH.add_up(work, merges, sums)
             table = total if total.shape == full else np.broadcast_to(total, full)
-            kept.append((table, ax))  # argmin only where read back
+            if sums is None:
+                kept.append((table, ax, None))  # argmin only where read back
             reduced = np.minimum.reduce(table, ax)  # table.min's work, no Python frame
             if out >= 0:
                 slots[out] = reduced
             else:
                 constant += float(reduced)
         choice: Dict[int, int] = {}
-        for (v, rest), (table, ax) in zip(reversed(self.trace), reversed(kept)):
+        for (v, rest), (held, ax, merges) in zip(reversed(self.trace), reversed(kept)):
             at: List[Union[int, slice]] = [choice[u] for u in rest]
             at.insert(ax, slice(None))
-            choice[v] = int(table[tuple(at)].argmin())
+            if merges is None:
+                line = held[tuple(at)]
+            else:
+                line = add_up([t[_on_line(t, at)] for t in held], merges)
+            choice[v] = int(line.argmin())
         return choice, constant
+
+
+def _on_line(table: np.ndarray, at: List[Union[int, slice]]) -> tuple:
+    """The index of the line `at` (a value per axis, a slice on one) in a table of a step, which
+    has 1 on the axes it lacks."""
+    return tuple(a if n > 1 or isinstance(a, slice) else 0 for a, n in zip(at, table.shape))
+
+
+def _sum_shapes(views: Tuple[Tuple[int, ...], ...], merges: Sequence[Merge]) -> List[tuple]:
+    """The shape of each merge's sum (sum_plan's)."""
+    shapes = list(views)
+    for i, j, _ in merges:
+        shapes.append(tuple(map(max, shapes[i], shapes[j])))
+    return shapes[len(views) :]
+
+
+class _Scratch:
+    """Arrays the large steps of every elimination sum into, kept between steps: a fresh array of
+    megabytes costs the kernel its pages again each time, a tenth of such a step's work. A step's
+    sums are read before the next step's are made (what is read back later is summed again)."""
+
+    def __init__(self) -> None:
+        self.buffers: List[np.ndarray] = []
+
+    def _array(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        n = math.prod(shape)
+        while len(self.buffers) <= k:
+            self.buffers.append(np.empty(0))
+        if self.buffers[k].size < n or self.buffers[k].dtype != dtype:
+            self.buffers[k] = np.empty(n, dtype)
+        return self.buffers[k][:n].reshape(shape)
+
+    def add_up(
+        self, tables: List[np.ndarray], merges: Sequence[Merge], shapes: Sequence[tuple]
+    ) -> np.ndarray:
+        """add_up's sum, the same additions in the same order, each new sum in an array of its
+        own here."""
+        for k, ((i, j, in_place), shape) in enumerate(zip(merges, shapes)):
+            if in_place:
+                tables[i] += tables[j]
+                tables.append(tables[i])
+            else:
+                out = self._array(k, shape, np.result_type(tables[i], tables[j]))
+                tables.append(np.add(tables[i], tables[j], out=out))
+        return tables[-1]
+
+
+_SCRATCH = _Scratch()
 
 
 def solve(

@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
+from oneflow_autoddl.search import eliminate
 from oneflow_autoddl.search.eliminate import Factor, add_up, solve, sum_plan
 
 
@@ -54,6 +55,35 @@ def test_solve_finds_the_brute_force_minimum_with_many_tables_a_scope(seed):
     found = solve(list(domain), domain, unary, factors)
     assert found is not None
     choice, value = found
+
+    def cost(x):
+        return sum(unary[v][x[v]] for v in domain) + sum(
+            f.table[tuple(x[v] for v in f.vars)] for f in factors
+        )
+
+    best = min(cost(x) for x in itertools.product(*(range(domain[v]) for v in domain)))
+    assert value == pytest.approx(best) and cost(choice) == pytest.approx(best)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_steps_summed_in_reused_buffers_choose_and_value_as_fresh_sums_do(seed, monkeypatch):
+    """Every step through the reused buffers (a limit of one entry) against none: the same choice
+    and the same value to the bit, on factors over pairs and triples in unsorted order, where
+    later steps overwrite the buffers of earlier ones before their lines are read back; and the
+    optimum by brute force."""
+    rng = np.random.default_rng(seed)
+    domain = {v: int(rng.integers(2, 5)) for v in range(6)}
+    unary = {v: rng.random(domain[v]) for v in domain}
+    factors = []
+    for size in [2] * 8 + [3] * 4:
+        scope = tuple(int(v) for v in rng.choice(6, size=size, replace=False))
+        factors.append(Factor(scope, rng.random(tuple(domain[v] for v in scope))))
+    results = {}
+    for entries in (1, 1 << 40):
+        monkeypatch.setattr(eliminate, "SCRATCH_ENTRIES", entries)
+        results[entries] = solve(list(domain), domain, unary, factors)
+    assert results[1] == results[1 << 40]
+    choice, value = results[1]
 
     def cost(x):
         return sum(unary[v][x[v]] for v in domain) + sum(
