@@ -309,16 +309,18 @@ def _sum_shapes(views: Tuple[Tuple[int, ...], ...], merges: Sequence[Merge]) -> 
 
 
 class _Scratch:
-    """Arrays the large steps of every elimination sum into, kept between steps: a fresh array of
-    megabytes costs the kernel its pages again each time, a tenth of such a step's work. A step's
-    sums are read before the next step's are made (what is read back later is summed again)."""
+    """Arrays the sums of SCRATCH_ENTRIES or more of every elimination's steps go into, kept
+    between steps (the k-th such sum of a step in the k-th; a step makes one to three): a fresh
+    array of megabytes costs the kernel its pages again each time, a tenth of such a step's work.
+    A step's sums are read before the next step's are made (what is read back later is summed
+    again), and smaller sums are made as add_up makes them."""
 
     def __init__(self) -> None:
         self.buffers: List[np.ndarray] = []
 
     def _array(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         n = math.prod(shape)
-        while len(self.buffers) <= k:
+        if len(self.buffers) <= k:
             self.buffers.append(np.empty(0))
         if self.buffers[k].size < n or self.buffers[k].dtype != dtype:
             self.buffers[k] = np.empty(n, dtype)
@@ -327,15 +329,19 @@ class _Scratch:
     def add_up(
         self, tables: List[np.ndarray], merges: Sequence[Merge], shapes: Sequence[tuple]
     ) -> np.ndarray:
-        """add_up's sum, the same additions in the same order, each new sum in an array of its
-        own here."""
-        for k, ((i, j, in_place), shape) in enumerate(zip(merges, shapes)):
+        """add_up's sum, the same additions in the same order, each large new sum in an array of
+        its own here."""
+        k = 0
+        for (i, j, in_place), shape in zip(merges, shapes):
             if in_place:
                 tables[i] += tables[j]
                 tables.append(tables[i])
+            elif math.prod(shape) < SCRATCH_ENTRIES:
+                tables.append(tables[i] + tables[j])
             else:
                 out = self._array(k, shape, np.result_type(tables[i], tables[j]))
                 tables.append(np.add(tables[i], tables[j], out=out))
+                k += 1
         return tables[-1]
 
 
