@@ -84,28 +84,34 @@ class _Neighbourhoods:
 
     def add(self, v: int) -> None:
         members = self._members_near(v)
-        dv = int(self.graph.domain[v])
-        for u in members:
-            self.near[u].add(v)
-            self.size[u] *= dv
-        self.domain[v] = dv
-        self.near[v] = members | {v}
-        self.size[v] = math.prod(map(self.domain.__getitem__, self.near[v]))
+        _join(self.near, self.size, self.domain, v, int(self.graph.domain[v]), members)
 
     def width_with(self, v: int, limit: int) -> int:
         """The largest table eliminating the group and v builds, every other variable held
         (past `limit`, some number above it)."""
         members = self._members_near(v)
-        dv = int(self.graph.domain[v])
         near = {u: set(n) for u, n in self.near.items()}
-        size = dict(self.size)
-        for u in members:
-            near[u].add(v)
-            size[u] *= dv
-        domain = {**self.domain, v: dv}
-        near[v] = members | {v}
-        size[v] = math.prod(map(domain.__getitem__, near[v]))
+        size, domain = dict(self.size), dict(self.domain)
+        _join(near, size, domain, v, int(self.graph.domain[v]), members)
         return neighbourhood_width(domain, near, limit, size)
+
+
+def _join(
+    near: Dict[int, Set[int]],
+    size: Dict[int, int],
+    domain: Dict[int, int],
+    v: int,
+    dv: int,
+    members: Set[int],
+) -> None:
+    """v (of `dv` candidates) joins the variables of `near`, its neighbourhood being `members`
+    and itself; every table size as it then is."""
+    for u in members:
+        near[u].add(v)
+        size[u] *= dv
+    domain[v] = dv
+    near[v] = members | {v}
+    size[v] = math.prod(map(domain.__getitem__, near[v]))
 
 
 def grow_group(
