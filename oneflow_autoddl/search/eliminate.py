@@ -220,7 +220,8 @@ class Program:
             for v in vars_:
                 touch[v].add(fid)
         next_id = len(scope_of)
-        # per step: (added slots with their transposition and view, full shape, axis, slot out)
+        # per step: (added slots with their transposition and view, sum plan, full shape, axis,
+        # slot out, the shapes of its sums where they go into _SCRATCH)
         self.steps: List[tuple] = []
         self.trace: List[Tuple[int, Tuple[int, ...]]] = []
         self.feasible = True
@@ -310,10 +311,9 @@ def _sum_shapes(views: Tuple[Tuple[int, ...], ...], merges: Sequence[Merge]) -> 
 
 class _Scratch:
     """Arrays the sums of SCRATCH_ENTRIES or more of every elimination's steps go into, kept
-    between steps (the k-th such sum of a step in the k-th; a step makes one to three): a fresh
-    array of megabytes costs the kernel its pages again each time, a tenth of such a step's work.
-    A step's sums are read before the next step's are made (what is read back later is summed
-    again), and smaller sums are made as add_up makes them."""
+    between steps (the k-th such sum of a step in the k-th): a fresh array of megabytes costs the
+    kernel its pages again each time. A step's sums are read before the next step's are made
+    (what is read back later is summed again), and smaller sums are made as add_up makes them."""
 
     def __init__(self) -> None:
         self.buffers: List[np.ndarray] = []
