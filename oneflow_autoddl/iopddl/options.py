@@ -31,6 +31,10 @@ class SolveOptions:
     from_lowest: float = 0.5
     # Restarts in a row that find nothing before the partitions grow in program order.
     in_order_after: int = 2
+    # Rounds, from the first, in which an item never yet over the limit sees its weight halve
+    # every round (search.weights.ItemWeights.update's `fall`): the weights of items with room
+    # fall in a few rounds instead of dozens, which a short run needs and a long one can spare.
+    fall_rounds: int = 40
 
     # -- the partitions and their descents ---------------------------------------------------
     # Most variables in one group of a partition.

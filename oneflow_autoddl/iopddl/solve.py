@@ -5,7 +5,8 @@ The graph is first reduced without loss (iopddl.reduce). Then rounds of coordina
 factor graph into groups of bounded elimination width: search.partition) each take a few
 partitions, from where the last round left off, under a price per byte for each memory item
 (search.weights): raised for the items live at a step over the limit, lowered for the others,
-each bisected towards the least that keeps it within the limit. Each round's assignment is
+each bisected towards the least that keeps it within the limit (in the first rounds, the price
+of an item never yet over halves each round). Each round's assignment is
 repaired to fit where it does not (greedy moves of the variables at the fullest step to leaner
 candidates, each the cheapest per byte of the excess it removes), tightened by single-variable
 moves along the limit and kept if cheapest. After a while without a cheaper fit, the next round
@@ -201,7 +202,8 @@ class Search:
                 self.consider(self.tighten(fitting, self.free, until))
             if self.best is not cheapest:
                 found_under, since, fruitless = weights.scaled(1.0), time.monotonic(), 0
-            weights.update(items_over(self.usage.start, self.usage.end, profile, self.limit))
+            over = items_over(self.usage.start, self.usage.end, profile, self.limit)
+            weights.update(over, fall=rounds < o.fall_rounds)
             rounds += 1
             if time.monotonic() - since >= patience and self.best is not None:
                 self.in_order = fruitless >= o.in_order_after

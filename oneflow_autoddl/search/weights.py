@@ -11,6 +11,9 @@ WIDEN times past the weight (without, the weight would creep towards a bound it 
 with, an item whose steps always have room loses about a factor WIDEN every few rounds, towards
 no price at all). Items at the full steps settle at the weights that just keep them within the
 limit, each at its own, so that a long-lived tensor and a brief one are not priced alike.
+A caller may have the bound of an item never yet over move every round instead (`update`'s
+`fall`): its weight halves each round, so that the weights of items with room fall in a few
+rounds where the creeping takes dozens.
 """
 
 from dataclasses import dataclass
@@ -25,16 +28,17 @@ NEAR = 1.01  # as a ratio
 class ItemWeights:
     low: np.ndarray  # per item: a weight at which it was over the limit (or a guess below)
     high: np.ndarray  # a weight at which it was within it (or a guess above)
+    seen: np.ndarray  # whether it has been over the limit since these weights started
 
     @classmethod
     def start(cls, items: int, first: float) -> "ItemWeights":
         """Every item at `first`, bracketed by a factor WIDEN either way."""
         weight = np.full(items, float(first))
-        return cls(weight / WIDEN, weight * WIDEN)
+        return cls(weight / WIDEN, weight * WIDEN, np.zeros(items, dtype=bool))
 
     def scaled(self, factor: float) -> "ItemWeights":
         """Every weight and bound times `factor`, in arrays of its own."""
-        return ItemWeights(self.low * factor, self.high * factor)
+        return ItemWeights(self.low * factor, self.high * factor, self.seen.copy())
 
     @property
     def weight(self) -> np.ndarray:
@@ -42,11 +46,17 @@ class ItemWeights:
         middle of its bounds."""
         return np.sqrt(self.low * self.high)
 
-    def update(self, over: np.ndarray) -> None:
+    def update(self, over: np.ndarray, fall: bool = False) -> None:
         """One round's bisection: `over[i]` whether item i's span touched a step over the limit
-        under the current weights."""
+        under the current weights. `fall`: an item never yet over moves its lower bound WIDEN
+        below its weight every round (the weight halves), not only once the weight comes near
+        it: the weights of items whose steps have room fall in a few rounds instead of dozens."""
         w = self.weight
-        self.low = np.where(over, w, np.where(self.low * NEAR < w, self.low, w / WIDEN))
+        self.seen |= over
+        widen = self.low * NEAR >= w
+        if fall:
+            widen |= ~self.seen
+        self.low = np.where(over, w, np.where(widen, w / WIDEN, self.low))
         self.high = np.where(over, np.where(self.high > w * NEAR, self.high, w * WIDEN), w)
 
 
