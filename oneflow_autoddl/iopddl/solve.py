@@ -6,17 +6,17 @@ factor graph into groups of bounded elimination width: search.partition) each ta
 partitions, from where the last round left off, under a price per byte for each memory item
 (search.weights): raised for the items live at a step over the limit, lowered for the others,
 each bisected towards the least that keeps it within the limit (in the first rounds, the price
-of an item never yet over halves each round). Each round's assignment is
-repaired to fit where it does not (greedy moves of the variables at the fullest step to leaner
-candidates, each the cheapest per byte of the excess it removes), tightened by single-variable
-moves along the limit and kept if cheapest. After a while without a cheaper fit, the next round
-starts again from the cheapest under the weights it was found under, scaled, or (where a round
-reached a cheaper assignment over the limit) from the cheapest round under fresh weights; after
-restarts in a row that found nothing, the partitions grow in program order until a restart finds
-a cheaper fit. The rest of the time goes to iterated local search: a random ball of variables
-takes random candidates, the groups around it descend again under a multiple of the last
-weights, and the result is kept if it fits and costs less. Only assignments that fit are ever
-returned. How much of each, and when: iopddl.options.SolveOptions.
+of an item never yet over halves each round). Each round's assignment is repaired to fit where
+it does not (greedy moves of the variables at the fullest step to leaner candidates, each the
+cheapest per byte of the excess it removes), tightened by single-variable moves along the limit
+and kept if cheapest. After a while without a cheaper fit, the next round starts again from
+the cheapest under the weights it was found under, scaled, or (where a round reached a cheaper
+assignment over the limit) from the cheapest round under fresh weights; after restarts in a row
+that found nothing, the partitions grow in program order until a restart finds a cheaper fit.
+The rest of the time goes to iterated local search: a random ball of variables takes random
+candidates, the groups around it descend again under a multiple of the last weights, and the
+result is kept if it fits and costs less. Only assignments that fit are ever returned. How much
+of each, and when: iopddl.options.SolveOptions.
 """
 
 import logging
