@@ -10,7 +10,7 @@ can skip the group.
 import functools
 import heapq
 import math
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -171,15 +171,24 @@ def _planned_sum(views: Tuple[Tuple[int, ...], ...]) -> Tuple[Merge, ...]:
     return tuple(sum_plan(views))
 
 
-def add_up(tables: List[np.ndarray], merges: Sequence[Merge]) -> np.ndarray:
+# Where merge m's new sum of two tables goes (None: a fresh array), for add_up
+Into = Callable[[int, np.ndarray, np.ndarray], Optional[np.ndarray]]
+
+
+def add_up(
+    tables: List[np.ndarray], merges: Sequence[Merge], into: Optional[Into] = None
+) -> np.ndarray:
     """The sum of `tables` by `merges` (sum_plan's): `tables` is extended with every sum; only a
-    sum made here is added into in place."""
-    for i, j, in_place in merges:
+    sum made here is added into in place, and a new sum goes where `into` says."""
+    for m, (i, j, in_place) in enumerate(merges):
         if in_place:
             tables[i] += tables[j]
             tables.append(tables[i])
         else:
-            tables.append(tables[i] + tables[j])
+            out = into(m, tables[i], tables[j]) if into is not None else None
+            tables.append(
+                tables[i] + tables[j] if out is None else np.add(tables[i], tables[j], out=out)
+            )
     return tables[-1]
 
 
@@ -221,7 +230,7 @@ class Program:
                 touch[v].add(fid)
         next_id = len(scope_of)
         # per step: (added slots with their transposition and view, sum plan, full shape, axis,
-        # slot out, the shapes of its sums where they go into _SCRATCH)
+        # slot out, where its sums go into _SCRATCH: None for a step of few entries)
         self.steps: List[tuple] = []
         self.trace: List[Tuple[int, Tuple[int, ...]]] = []
         self.feasible = True
@@ -252,7 +261,7 @@ class Program:
                 next_id += 1
             views = tuple(v for _, _, v in loads)
             merges = _planned_sum(views)
-            sums = _sum_shapes(views, merges) if math.prod(full) >= SCRATCH_ENTRIES else None
+            sums = _large_sums(views, merges) if math.prod(full) >= SCRATCH_ENTRIES else None
             self.steps.append((loads, merges, full, ax, out, sums))
             self.trace.append((best, rest))
             sequence.eliminate(best)
@@ -270,14 +279,12 @@ class Program:
             for fid, order, view in loads:
                 t = slots.pop(fid)
                 work.append((t.transpose(order) if order is not None else t).reshape(view))
-            if sums is None:
-                total = add_up(work, merges)
-            else:  # its table is summed again along the one line read back
-                kept.append((list(work), ax, merges))
-                total = _SCRATCH.add_up(work, merges, sums)
+            total = add_up(work, merges, None if sums is None else _SCRATCH.into(sums))
             table = total if total.shape == full else np.broadcast_to(total, full)
             if sums is None:
                 kept.append((table, ax, None))  # argmin only where read back
+            else:  # the step's tables (add_up left them as given), summed again along one line
+                kept.append((work[: len(loads)], ax, merges))
             reduced = np.minimum.reduce(table, ax)  # table.min's work, no Python frame
             if out >= 0:
                 slots[out] = reduced
@@ -301,12 +308,22 @@ def _on_line(table: np.ndarray, at: List[Union[int, slice]]) -> tuple:
     return tuple(a if n > 1 or isinstance(a, slice) else 0 for a, n in zip(at, table.shape))
 
 
-def _sum_shapes(views: Tuple[Tuple[int, ...], ...], merges: Sequence[Merge]) -> List[tuple]:
-    """The shape of each merge's sum (sum_plan's)."""
-    shapes = list(views)
-    for i, j, _ in merges:
+Large = Optional[Tuple[int, Tuple[int, ...]]]  # per merge: (k, shape) of a step's k-th large sum
+
+
+def _large_sums(views: Tuple[Tuple[int, ...], ...], merges: Sequence[Merge]) -> List[Large]:
+    """Per merge of sum_plan's: where its new sum holds SCRATCH_ENTRIES or more, (k, its shape)
+    for the k-th such sum of the step; else None."""
+    shapes, k = list(views), 0
+    large: List[Large] = []
+    for i, j, in_place in merges:
         shapes.append(tuple(map(max, shapes[i], shapes[j])))
-    return shapes[len(views) :]
+        if in_place or math.prod(shapes[-1]) < SCRATCH_ENTRIES:
+            large.append(None)
+        else:
+            large.append((k, shapes[-1]))
+            k += 1
+    return large
 
 
 class _Scratch:
@@ -326,23 +343,14 @@ class _Scratch:
             self.buffers[k] = np.empty(n, dtype)
         return self.buffers[k][:n].reshape(shape)
 
-    def add_up(
-        self, tables: List[np.ndarray], merges: Sequence[Merge], shapes: Sequence[tuple]
-    ) -> np.ndarray:
-        """add_up's sum, the same additions in the same order, each large new sum in an array of
-        its own here."""
-        k = 0
-        for (i, j, in_place), shape in zip(merges, shapes):
-            if in_place:
-                tables[i] += tables[j]
-                tables.append(tables[i])
-            elif math.prod(shape) < SCRATCH_ENTRIES:
-                tables.append(tables[i] + tables[j])
-            else:
-                out = self._array(k, shape, np.result_type(tables[i], tables[j]))
-                tables.append(np.add(tables[i], tables[j], out=out))
-                k += 1
-        return tables[-1]
+    def into(self, large: List[Large]) -> Into:
+        """add_up's `into` for a step whose large sums are `large` (_large_sums')."""
+
+        def out(m: int, a: np.ndarray, b: np.ndarray) -> Optional[np.ndarray]:
+            found = large[m]
+            return None if found is None else self._array(*found, np.result_type(a, b))
+
+        return out
 
 
 _SCRATCH = _Scratch()
